@@ -1,0 +1,79 @@
+// Package sqlite opens the embedded default store: a SQLite file in WAL mode
+// through the pure-Go modernc driver, one writer connection and a small pool
+// of readers.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/agentplane/agentplane/internal/store/migrate"
+	"github.com/agentplane/agentplane/internal/store/sqlstore"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+var dialect = &sqlstore.Dialect{
+	Name: "sqlite",
+	IsUniqueViolation: func(err error) bool {
+		var se *sqlite.Error
+		if !errors.As(err, &se) {
+			return false
+		}
+		c := se.Code()
+		return c == sqlite3.SQLITE_CONSTRAINT_UNIQUE || c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+	},
+	BeginTx: func(ctx context.Context, db *sql.DB) (*sql.Tx, error) {
+		return db.BeginTx(ctx, nil) // _txlock=immediate in the DSN makes this BEGIN IMMEDIATE
+	},
+}
+
+// Open opens (creating if needed) the database file at path and migrates it.
+func Open(ctx context.Context, path string) (*sqlstore.DB, error) {
+	if dir := filepath.Dir(path); dir != "." {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("sqlite: create directory: %w", err)
+		}
+	}
+	// synchronous(FULL): a commit is on disk before its events are delivered
+	// (DESIGN §2.1); group commit in the event log keeps that cheap.
+	q := url.Values{}
+	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(ON)"} {
+		q.Add("_pragma", p)
+	}
+	q.Set("_txlock", "immediate")
+	dsn := "file:" + path + "?" + q.Encode()
+	write, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	// SQLite has one writer; a single connection turns lock contention into
+	// queueing in database/sql instead of SQLITE_BUSY errors.
+	write.SetMaxOpenConns(1)
+	write.SetMaxIdleConns(1)
+	write.SetConnMaxLifetime(0)
+	if err := migrate.Apply(ctx, write, migrations, "migrations", false); err != nil {
+		write.Close()
+		return nil, fmt.Errorf("sqlite: migrate %s: %w", path, err)
+	}
+	read, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("sqlite: open readers %s: %w", path, err)
+	}
+	n := max(4, runtime.GOMAXPROCS(0)*2)
+	read.SetMaxOpenConns(n)
+	read.SetMaxIdleConns(n)
+	return sqlstore.New(dialect, write, read), nil
+}

@@ -1,0 +1,109 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/agentplane/agentplane/internal/store"
+)
+
+const agentCols = `agent_id, name, endpoint, capabilities, linked_agents, key_hash, status, last_heartbeat_at, last_probe_at, created_at, updated_at`
+
+func scanAgent(row interface{ Scan(...any) error }) (*store.Agent, error) {
+	var a store.Agent
+	err := row.Scan(&a.AgentID, &a.Name, &a.Endpoint, nullJSON{&a.Capabilities}, nullJSON{&a.LinkedAgents}, &a.KeyHash,
+		&a.Status, &a.LastHeartbeatAt, &a.LastProbeAt, &a.CreatedAt, &a.UpdatedAt)
+	if err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// AgentUpsert registers an agent or updates it; an empty KeyHash keeps the
+// stored key (re-registration without rotation).
+func (q *queries) AgentUpsert(ctx context.Context, p *store.AgentUpsertParams) (*store.Agent, error) {
+	a, err := scanAgent(q.queryRow(ctx, true, `INSERT INTO agents (agent_id, name, endpoint, capabilities, linked_agents, key_hash, status, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, 'unknown', ?, ?)
+		ON CONFLICT (agent_id) DO UPDATE SET name = excluded.name, endpoint = excluded.endpoint,
+			capabilities = excluded.capabilities, linked_agents = excluded.linked_agents,
+			key_hash = CASE WHEN excluded.key_hash = '' THEN agents.key_hash ELSE excluded.key_hash END,
+			updated_at = excluded.updated_at
+		RETURNING `+agentCols,
+		p.AgentID, p.Name, p.Endpoint, jsonArg(p.Capabilities, "[]"), jsonArg(p.LinkedAgents, "[]"), p.KeyHash, p.At, p.At))
+	if err != nil {
+		return nil, fmt.Errorf("upsert agent %s: %w", p.AgentID, mapErr(q.d, err))
+	}
+	return a, nil
+}
+
+// AgentGet reads an agent.
+func (q *queries) AgentGet(ctx context.Context, agentID string) (*store.Agent, error) {
+	a, err := scanAgent(q.queryRow(ctx, false, `SELECT `+agentCols+` FROM agents WHERE agent_id = ?`, agentID))
+	if err != nil {
+		return nil, fmt.Errorf("get agent %s: %w", agentID, mapErr(q.d, err))
+	}
+	return a, nil
+}
+
+// AgentGetByKeyHash finds the agent owning an API key.
+func (q *queries) AgentGetByKeyHash(ctx context.Context, keyHash string) (*store.Agent, error) {
+	if keyHash == "" {
+		return nil, fmt.Errorf("get agent by key: %w", store.ErrNotFound)
+	}
+	a, err := scanAgent(q.queryRow(ctx, false, `SELECT `+agentCols+` FROM agents WHERE key_hash = ?`, keyHash))
+	if err != nil {
+		return nil, fmt.Errorf("get agent by key: %w", mapErr(q.d, err))
+	}
+	return a, nil
+}
+
+// AgentList lists agents by id.
+func (q *queries) AgentList(ctx context.Context) ([]*store.Agent, error) {
+	rows, err := q.query(ctx, `SELECT `+agentCols+` FROM agents ORDER BY agent_id`)
+	if err != nil {
+		return nil, fmt.Errorf("list agents: %w", err)
+	}
+	defer rows.Close()
+	out := []*store.Agent{}
+	for rows.Next() {
+		a, err := scanAgent(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list agents: %w", err)
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// AgentDelete removes an agent; ErrNotFound when absent.
+func (q *queries) AgentDelete(ctx context.Context, agentID string) error {
+	res, err := q.exec(ctx, `DELETE FROM agents WHERE agent_id = ?`, agentID)
+	if err != nil {
+		return fmt.Errorf("delete agent %s: %w", agentID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("delete agent %s: %w", agentID, store.ErrNotFound)
+	}
+	return nil
+}
+
+// AgentHeartbeat records a heartbeat; an agent that beats is healthy.
+func (q *queries) AgentHeartbeat(ctx context.Context, agentID string, at int64) (*store.Agent, error) {
+	a, err := scanAgent(q.queryRow(ctx, true, `UPDATE agents SET last_heartbeat_at = ?, status = 'healthy' WHERE agent_id = ? RETURNING `+agentCols, at, agentID))
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat agent %s: %w", agentID, mapErr(q.d, err))
+	}
+	return a, nil
+}
+
+// AgentSetStatus records a health probe's verdict.
+func (q *queries) AgentSetStatus(ctx context.Context, agentID, status string, at int64) error {
+	res, err := q.exec(ctx, `UPDATE agents SET status = ?, last_probe_at = ? WHERE agent_id = ?`, status, at, agentID)
+	if err != nil {
+		return fmt.Errorf("set agent %s status: %w", agentID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("set agent %s status: %w", agentID, store.ErrNotFound)
+	}
+	return nil
+}

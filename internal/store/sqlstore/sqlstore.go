@@ -1,0 +1,217 @@
+// Package sqlstore implements store.Store over database/sql for both SQLite
+// and PostgreSQL. Queries are written once with "?" placeholders; the Dialect
+// rebinds them and maps driver errors to the store sentinels.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/agentplane/agentplane/internal/store"
+)
+
+// Dialect holds what differs between databases.
+type Dialect struct {
+	// Name is "sqlite" or "postgres".
+	Name string
+	// Numbered placeholders ($1, $2 …) instead of "?".
+	Numbered bool
+	// IsUniqueViolation reports a unique/primary-key constraint error.
+	IsUniqueViolation func(error) bool
+	// BeginTx starts a write transaction (SQLite needs BEGIN IMMEDIATE so
+	// writers queue on the lock instead of failing with SQLITE_BUSY later).
+	BeginTx func(ctx context.Context, db *sql.DB) (*sql.Tx, error)
+}
+
+// DB is a store.Store. Writes go to write, reads to read; for SQLite those
+// are different pools (one writer connection, several readers), for
+// PostgreSQL the same pool.
+type DB struct {
+	*queries
+	d     *Dialect
+	write *sql.DB
+	read  *sql.DB
+}
+
+// New wraps open pools. read may equal write.
+func New(d *Dialect, write, read *sql.DB) *DB {
+	return &DB{queries: &queries{d: d, w: write, r: read}, d: d, write: write, read: read}
+}
+
+// Dialect reports the database kind.
+func (db *DB) Dialect() string { return db.d.Name }
+
+// Ping checks both pools answer.
+func (db *DB) Ping(ctx context.Context) error {
+	if err := db.write.PingContext(ctx); err != nil {
+		return fmt.Errorf("ping: %w", err)
+	}
+	if db.read != db.write {
+		if err := db.read.PingContext(ctx); err != nil {
+			return fmt.Errorf("ping: %w", err)
+		}
+	}
+	return nil
+}
+
+// Close closes the pools.
+func (db *DB) Close() error {
+	err := db.write.Close()
+	if db.read != db.write {
+		err = errors.Join(err, db.read.Close())
+	}
+	return err
+}
+
+// InTx runs fn in one write transaction. Rollback ignores the caller's
+// cancellation so a cancelled request never leaves a transaction open.
+func (db *DB) InTx(ctx context.Context, fn func(tx store.Queries) error) (err error) {
+	tx, err := db.d.BeginTx(ctx, db.write)
+	if err != nil {
+		return fmt.Errorf("begin: %w", db.mapErr(err))
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if err = fn(&queries{d: db.d, w: tx, r: tx}); err != nil {
+		return err
+	}
+	if err = tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", db.mapErr(err))
+	}
+	return nil
+}
+
+func (db *DB) mapErr(err error) error { return mapErr(db.d, err) }
+
+// EventsAppend outside a caller's transaction still needs one: the seq bump
+// and the insert must commit together.
+func (db *DB) EventsAppend(ctx context.Context, events []store.EventParams) (out []store.Event, err error) {
+	err = db.InTx(ctx, func(tx store.Queries) error {
+		out, err = tx.EventsAppend(ctx, events)
+		return err
+	})
+	return out, err
+}
+
+// querier is what *sql.DB and *sql.Tx share.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// queries runs statements on a writer and a reader querier (both the same
+// transaction inside InTx).
+type queries struct {
+	d *Dialect
+	w querier
+	r querier
+}
+
+var rebound sync.Map // query text -> numbered form
+
+// bind turns "?" placeholders into $n for PostgreSQL. Queries are constants,
+// so the result is cached.
+func (q *queries) bind(query string) string {
+	if !q.d.Numbered {
+		return query
+	}
+	if s, ok := rebound.Load(query); ok {
+		return s.(string)
+	}
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(query); i++ {
+		if query[i] == '?' {
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(query[i])
+	}
+	s := b.String()
+	rebound.Store(query, s)
+	return s
+}
+
+func (q *queries) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	res, err := q.w.ExecContext(ctx, q.bind(query), args...)
+	return res, mapErr(q.d, err)
+}
+
+func (q *queries) queryRow(ctx context.Context, write bool, query string, args ...any) *sql.Row {
+	db := q.r
+	if write {
+		db = q.w
+	}
+	return db.QueryRowContext(ctx, q.bind(query), args...)
+}
+
+func (q *queries) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	rows, err := q.r.QueryContext(ctx, q.bind(query), args...)
+	return rows, mapErr(q.d, err)
+}
+
+// mapErr maps driver errors to store sentinels, keeping the original text.
+func mapErr(d *Dialect, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sql.ErrNoRows):
+		return store.ErrNotFound
+	case d.IsUniqueViolation(err):
+		return fmt.Errorf("%w: %v", store.ErrConflict, err)
+	}
+	return err
+}
+
+// jsonArg passes JSON to the driver: PostgreSQL's jsonb wants text, and an
+// empty value must become SQL NULL or the column default's equivalent.
+func jsonArg(b []byte, empty string) any {
+	if len(b) == 0 {
+		if empty == "" {
+			return nil
+		}
+		return empty
+	}
+	return string(b)
+}
+
+// nullJSON scans a nullable JSON column.
+type nullJSON struct{ b *json.RawMessage }
+
+func (n nullJSON) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*n.b = nil
+	case string:
+		*n.b = json.RawMessage(v)
+	case []byte:
+		*n.b = append([]byte(nil), v...)
+	default:
+		return fmt.Errorf("unexpected JSON column type %T", src)
+	}
+	return nil
+}
+
+// nullInt scans a nullable integer column into an int64 (0 for NULL).
+type nullInt struct{ v *int64 }
+
+func (n nullInt) Scan(src any) error {
+	var x sql.NullInt64
+	if err := x.Scan(src); err != nil {
+		return err
+	}
+	*n.v = x.Int64
+	return nil
+}

@@ -1,0 +1,269 @@
+// Package store is the persistence seam: the rows agentplane keeps, the
+// parameters to change them, and the sentinels every driver maps its errors to.
+// One implementation (package sqlstore) serves SQLite and PostgreSQL; the
+// conformance suite in storetest runs against both.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+)
+
+// Sentinels. Drivers map their own errors to these in one place so callers
+// never look at SQL error codes.
+var (
+	// ErrNotFound: no row with that id.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: a guarded transition matched no row (the state moved on),
+	// a unique constraint refused the insert, or a version check failed.
+	ErrConflict = errors.New("conflict")
+)
+
+// Store is a database: Queries run in their own implicit transaction, InTx
+// groups several into one.
+type Store interface {
+	Queries
+	// InTx runs fn in one transaction; an error from fn rolls back.
+	InTx(ctx context.Context, fn func(tx Queries) error) error
+	// Dialect is "sqlite" or "postgres".
+	Dialect() string
+	// Ping checks the database answers (readiness).
+	Ping(ctx context.Context) error
+	Close() error
+}
+
+// Queries are the statements agentplane runs. Every state change is a guarded
+// statement; on no match the current row is returned with ErrConflict.
+type Queries interface {
+	SessionCreate(ctx context.Context, p *SessionCreateParams) (*Session, error)
+	SessionGet(ctx context.Context, sessionID string) (*Session, error)
+
+	RunInsert(ctx context.Context, p *RunInsertParams) (*Run, error)
+	RunGet(ctx context.Context, runID string) (*Run, error)
+	RunTransition(ctx context.Context, p *RunTransitionParams) (*Run, error)
+	RunListActive(ctx context.Context, p *RunListActiveParams) ([]*Run, error)
+
+	EventsAppend(ctx context.Context, events []EventParams) ([]Event, error)
+	EventsList(ctx context.Context, p *EventsListParams) ([]Event, error)
+
+	MessageAppend(ctx context.Context, p *MessageAppendParams) (*Message, error)
+	MessagesList(ctx context.Context, p *MessagesListParams) ([]Message, error)
+
+	AgentUpsert(ctx context.Context, p *AgentUpsertParams) (*Agent, error)
+	AgentGet(ctx context.Context, agentID string) (*Agent, error)
+	AgentGetByKeyHash(ctx context.Context, keyHash string) (*Agent, error)
+	AgentList(ctx context.Context) ([]*Agent, error)
+	AgentDelete(ctx context.Context, agentID string) error
+	AgentHeartbeat(ctx context.Context, agentID string, at int64) (*Agent, error)
+	AgentSetStatus(ctx context.Context, agentID, status string, at int64) error
+
+	ContextPut(ctx context.Context, p *ContextPutParams) (*ContextBlob, error)
+	ContextGet(ctx context.Context, ownerID, key string, version int64) (*ContextBlob, error)
+
+	InstanceHeartbeat(ctx context.Context, instanceID string, at int64) error
+	InstanceList(ctx context.Context) ([]Instance, error)
+}
+
+// Session is one conversation of one user. LastSeq is the per-session event
+// counter: events get seq LastSeq+1… inside the transaction that inserts them.
+type Session struct {
+	SessionID string          `json:"session_id"`
+	UserID    string          `json:"user_id"`
+	CreatedAt int64           `json:"created_at"`
+	LastSeq   int64           `json:"last_seq"`
+	Metadata  json.RawMessage `json:"metadata,omitempty"`
+}
+
+// SessionCreateParams creates a session; ErrConflict when the id exists.
+type SessionCreateParams struct {
+	SessionID string
+	UserID    string
+	CreatedAt int64
+	Metadata  json.RawMessage
+}
+
+// Run statuses (DESIGN §8).
+const (
+	RunRunning               = "RUNNING"
+	RunPausedWaitingApproval = "PAUSED_WAITING_APPROVAL"
+	RunPausedWaitingTool     = "PAUSED_WAITING_TOOL"
+	RunDone                  = "DONE"
+	RunFailed                = "FAILED"
+	RunCancelled             = "CANCELLED"
+)
+
+// RunActiveStatuses are the non-terminal run states.
+var RunActiveStatuses = []string{RunRunning, RunPausedWaitingApproval, RunPausedWaitingTool}
+
+// RunIsTerminal reports whether status is DONE, FAILED or CANCELLED.
+func RunIsTerminal(status string) bool {
+	return status == RunDone || status == RunFailed || status == RunCancelled
+}
+
+// Run is one execution of an agent in a session. Owner is the instance
+// (process) driving it; a dead owner's runs are failed by the sweeper.
+type Run struct {
+	RunID       string          `json:"run_id"`
+	SessionID   string          `json:"session_id"`
+	AgentID     string          `json:"agent_id"`
+	ParentRunID string          `json:"parent_run_id"`
+	UserID      string          `json:"user_id"`
+	Status      string          `json:"status"`
+	Owner       string          `json:"-"`
+	StartedAt   int64           `json:"started_at"`
+	EndedAt     int64           `json:"ended_at,omitempty"`
+	Error       json.RawMessage `json:"error,omitempty"`
+	Usage       json.RawMessage `json:"usage,omitempty"`
+}
+
+// RunInsertParams inserts a RUNNING run. A root run (no parent) in a session
+// that already has an active root run is refused with ErrConflict.
+type RunInsertParams struct {
+	RunID       string
+	SessionID   string
+	AgentID     string
+	ParentRunID string
+	UserID      string
+	Owner       string
+	StartedAt   int64
+}
+
+// RunTransitionParams moves a run to Status if it is currently in one of From.
+// Terminal statuses set ended_at. Error/Usage are stored when non-nil.
+type RunTransitionParams struct {
+	RunID  string
+	From   []string
+	Status string
+	At     int64
+	Error  json.RawMessage
+	Usage  json.RawMessage
+}
+
+// RunListActiveParams lists non-terminal runs, optionally only those of one
+// owner.
+type RunListActiveParams struct {
+	Owner string
+	Limit int
+}
+
+// Event is one row of the append-only log.
+type Event struct {
+	EventID     string          `json:"event_id"`
+	SessionID   string          `json:"session_id"`
+	Seq         int64           `json:"seq"`
+	RunID       string          `json:"run_id"`
+	ParentRunID string          `json:"parent_run_id"`
+	TS          int64           `json:"ts"`
+	Type        string          `json:"type"`
+	Payload     json.RawMessage `json:"payload"`
+}
+
+// EventParams is an event to append; seq and event_id are allocated by the
+// store inside the inserting transaction.
+type EventParams struct {
+	SessionID   string
+	RunID       string
+	ParentRunID string
+	TS          int64
+	Type        string
+	Payload     json.RawMessage
+}
+
+// EventsListParams pages through a session's events (SessionID) or a run's
+// (RunID) in seq order, after AfterSeq.
+type EventsListParams struct {
+	SessionID string
+	RunID     string
+	AfterSeq  int64
+	Limit     int
+}
+
+// Message is one transcript entry.
+type Message struct {
+	MessageID string `json:"message_id"`
+	SessionID string `json:"session_id"`
+	RunID     string `json:"run_id,omitempty"`
+	Role      string `json:"role"`
+	Content   string `json:"content"`
+	CreatedAt int64  `json:"created_at"`
+}
+
+// MessageAppendParams appends a transcript entry.
+type MessageAppendParams struct {
+	MessageID string
+	SessionID string
+	RunID     string
+	Role      string
+	Content   string
+	CreatedAt int64
+}
+
+// MessagesListParams returns the newest Limit messages older than Before (a
+// message id; empty = newest), oldest first.
+type MessagesListParams struct {
+	SessionID string
+	Before    string
+	Limit     int
+}
+
+// Agent health statuses.
+const (
+	AgentUnknown   = "unknown"
+	AgentHealthy   = "healthy"
+	AgentUnhealthy = "unhealthy"
+)
+
+// Agent is a registered external agent service. KeyHash is the SHA-256 of
+// its API key; the key itself is never stored.
+type Agent struct {
+	AgentID         string          `json:"agent_id"`
+	Name            string          `json:"name"`
+	Endpoint        string          `json:"endpoint"`
+	Capabilities    json.RawMessage `json:"capabilities"`
+	LinkedAgents    json.RawMessage `json:"linked_agents"`
+	KeyHash         string          `json:"-"`
+	Status          string          `json:"status"`
+	LastHeartbeatAt int64           `json:"last_heartbeat_at,omitempty"`
+	LastProbeAt     int64           `json:"last_probe_at,omitempty"`
+	CreatedAt       int64           `json:"created_at"`
+	UpdatedAt       int64           `json:"updated_at"`
+}
+
+// AgentUpsertParams registers or updates an agent. An empty KeyHash on update
+// keeps the existing key.
+type AgentUpsertParams struct {
+	AgentID      string
+	Name         string
+	Endpoint     string
+	Capabilities json.RawMessage
+	LinkedAgents json.RawMessage
+	KeyHash      string
+	At           int64
+}
+
+// ContextBlob is one version of an agent's context entry.
+type ContextBlob struct {
+	OwnerID   string          `json:"-"`
+	Key       string          `json:"key"`
+	Version   int64           `json:"version"`
+	Data      json.RawMessage `json:"data"`
+	CreatedAt int64           `json:"created_at"`
+}
+
+// ContextPutParams writes a new version. With IfVersion set, the write
+// succeeds only if the latest version equals it (0 = must not exist yet);
+// otherwise ErrConflict.
+type ContextPutParams struct {
+	OwnerID   string
+	Key       string
+	Data      json.RawMessage
+	IfVersion *int64
+	At        int64
+}
+
+// Instance is a running agentplane process, kept alive by heartbeats.
+type Instance struct {
+	InstanceID  string
+	HeartbeatAt int64
+}
