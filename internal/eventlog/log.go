@@ -1,0 +1,163 @@
+// Package eventlog is the append-only log that is the source of truth
+// (DESIGN §2.1): appends with a per-session seq committed before anyone sees
+// them, state changes committed in the same transaction as their events, and
+// subscriptions that replay from a seq and then follow live.
+package eventlog
+
+import (
+	"context"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+
+	"github.com/agentplane/agentplane/internal/store"
+)
+
+// Options tune the log. Zero values pick defaults.
+type Options struct {
+	// Shards is the number of writer loops; a session always uses the same
+	// one, which keeps its events in order. SQLite has one writer anyway;
+	// PostgreSQL benefits from a few. Default: 1 for SQLite, 4 otherwise.
+	Shards int
+	// QueueSize bounds each writer's queue; submitters block when it is
+	// full (backpressure instead of unbounded memory). Default 8192.
+	QueueSize int
+	// MaxBatch bounds the ops in one transaction. Default 1024.
+	MaxBatch int
+	Logger   *slog.Logger
+}
+
+// Log appends events and fans them out to subscribers after commit.
+type Log struct {
+	st      store.Store
+	hub     *Hub
+	shards  []*writer
+	stopped []chan struct{}
+	seed    maphash.Seed
+
+	mu      sync.RWMutex // guards closing against concurrent submits
+	closing bool
+	stop    sync.Once
+}
+
+// New starts the writer loops.
+func New(st store.Store, opts Options) *Log {
+	if opts.Shards <= 0 {
+		opts.Shards = 4
+		if st.Dialect() == "sqlite" {
+			opts.Shards = 1
+		}
+	}
+	if opts.QueueSize <= 0 {
+		opts.QueueSize = 8192
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 1024
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	l := &Log{st: st, hub: NewHub(), seed: maphash.MakeSeed()}
+	for range opts.Shards {
+		w := &writer{st: st, queue: make(chan *op, opts.QueueSize), publish: l.hub.Publish, maxBatch: opts.MaxBatch, log: opts.Logger}
+		stopped := make(chan struct{})
+		l.shards = append(l.shards, w)
+		l.stopped = append(l.stopped, stopped)
+		go w.loop(stopped)
+	}
+	return l
+}
+
+// Store is the store the log writes to.
+func (l *Log) Store() store.Store { return l.st }
+
+// Hub is the live fan-out, for components that bridge other processes'
+// commits into it.
+func (l *Log) Hub() *Hub { return l.hub }
+
+func (l *Log) shardFor(sessionID string) *writer {
+	if len(l.shards) == 1 {
+		return l.shards[0]
+	}
+	return l.shards[maphash.String(l.seed, sessionID)%uint64(len(l.shards))]
+}
+
+func (l *Log) submit(ctx context.Context, sessionID string, o *op) error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closing {
+		return ErrClosed
+	}
+	select {
+	case l.shardFor(sessionID).queue <- o:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Append appends events (all of one session) and returns them with their
+// seq and event_id once committed and published.
+func (l *Log) Append(ctx context.Context, events ...store.EventParams) ([]store.Event, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	return l.wait(ctx, events[0].SessionID, &op{events: events})
+}
+
+// Do runs fn and appends the events it returns in one transaction,
+// serialised with the other writes of sessionID. It returns the appended
+// events, or fn's error with nothing written.
+func (l *Log) Do(ctx context.Context, sessionID string, fn TxFunc) ([]store.Event, error) {
+	return l.wait(ctx, sessionID, &op{fn: fn})
+}
+
+type outcome struct {
+	evs []store.Event
+	err error
+}
+
+func (l *Log) wait(ctx context.Context, sessionID string, o *op) ([]store.Event, error) {
+	ch := make(chan outcome, 1)
+	o.done = func(evs []store.Event, err error) { ch <- outcome{evs, err} }
+	if err := l.submit(ctx, sessionID, o); err != nil {
+		return nil, err
+	}
+	// Once queued the op will commit even if ctx ends; wait regardless so the
+	// caller never acts on a write whose fate it does not know.
+	r := <-ch
+	return r.evs, r.err
+}
+
+// AppendAsync queues events without waiting; done (may be nil) is called
+// after commit with the outcome. Ops of one session commit in submission
+// order, so a later Do/Append of the same session commits after these.
+func (l *Log) AppendAsync(ctx context.Context, done func([]store.Event, error), events ...store.EventParams) error {
+	if len(events) == 0 {
+		return nil
+	}
+	return l.submit(ctx, events[0].SessionID, &op{events: events, done: done})
+}
+
+// Subscribe follows sessionID from afterSeq: every later event exactly once,
+// in order, first from the store and then live. Close it when done.
+func (l *Log) Subscribe(sessionID string, afterSeq int64) *Subscription {
+	return l.hub.subscribe(l.st, sessionID, afterSeq)
+}
+
+// Stop refuses new work, commits everything already queued, and returns
+// when the writers are idle. Safe to call more than once.
+func (l *Log) Stop() {
+	l.stop.Do(func() {
+		l.mu.Lock()
+		l.closing = true
+		l.mu.Unlock()
+		for _, w := range l.shards {
+			close(w.queue)
+		}
+		for _, s := range l.stopped {
+			<-s
+		}
+		l.hub.closeAll()
+	})
+}

@@ -1,0 +1,237 @@
+package eventlog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentplane/agentplane/internal/ids"
+	"github.com/agentplane/agentplane/internal/store"
+	"github.com/agentplane/agentplane/internal/testdb"
+)
+
+func session(t *testing.T, st store.Store) string {
+	t.Helper()
+	id := ids.New("ses")
+	if _, err := st.SessionCreate(context.Background(), &store.SessionCreateParams{SessionID: id, UserID: "u", CreatedAt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func ev(sid, typ string, n int) store.EventParams {
+	return store.EventParams{SessionID: sid, Type: typ, TS: time.Now().UnixMilli(), Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, n))}
+}
+
+// collect reads n events from sub, checking each is already committed.
+func collect(t *testing.T, st store.Store, sub *Subscription, n int) []store.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var got []store.Event
+	for len(got) < n {
+		evs, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("after %d of %d events: %v", len(got), n, err)
+		}
+		for _, e := range evs {
+			// Delivered means durable: the row must already be readable.
+			stored, err := st.EventsList(ctx, &store.EventsListParams{SessionID: e.SessionID, AfterSeq: e.Seq - 1, Limit: 1})
+			if err != nil || len(stored) != 1 || stored[0].EventID != e.EventID {
+				t.Fatalf("event seq %d delivered before it was readable from the store", e.Seq)
+			}
+		}
+		got = append(got, evs...)
+	}
+	return got
+}
+
+func assertConsecutive(t *testing.T, evs []store.Event, from int64) {
+	t.Helper()
+	for i, e := range evs {
+		if e.Seq != from+int64(i) {
+			t.Fatalf("event %d has seq %d, want %d", i, e.Seq, from+int64(i))
+		}
+	}
+}
+
+func TestReplayThenLiveExactlyOnce(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		st := testdb.Open(t, dialect)
+		l := New(st, Options{})
+		defer l.Stop()
+		ctx := context.Background()
+		sid := session(t, st)
+		for i := range 10 {
+			if _, err := l.Append(ctx, ev(sid, "a", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sub := l.Subscribe(sid, 4)
+		defer sub.Close()
+		// Live appends race with the catch-up read; nothing may be lost or doubled.
+		go func() {
+			for i := 10; i < 200; i++ {
+				_ = l.AppendAsync(ctx, nil, ev(sid, "b", i))
+			}
+		}()
+		got := collect(t, st, sub, 196)
+		assertConsecutive(t, got, 5)
+		if len(got) != 196 {
+			t.Fatalf("got %d events", len(got))
+		}
+	})
+}
+
+func TestManySessionsConcurrent(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		st := testdb.Open(t, dialect)
+		l := New(st, Options{})
+		defer l.Stop()
+		ctx := context.Background()
+		const sessions, each = 20, 50
+		var wg sync.WaitGroup
+		for range sessions {
+			sid := session(t, st)
+			sub := l.Subscribe(sid, 0)
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				for i := range each {
+					if err := l.AppendAsync(ctx, nil, ev(sid, "d", i)); err != nil {
+						t.Error(err)
+					}
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				defer sub.Close()
+				got := collect(t, st, sub, each)
+				assertConsecutive(t, got, 1)
+				for i, e := range got {
+					var p struct{ N int }
+					json.Unmarshal(e.Payload, &p)
+					if p.N != i {
+						t.Errorf("event %d carries n=%d: submission order lost", i, p.N)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	})
+}
+
+func TestDoFailureWritesNothingAndSparesTheBatch(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		st := testdb.Open(t, dialect)
+		l := New(st, Options{})
+		defer l.Stop()
+		ctx := context.Background()
+		sid := session(t, st)
+		boom := errors.New("boom")
+		var wg sync.WaitGroup
+		errs := make([]error, 40)
+		for i := range 40 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = l.Do(ctx, sid, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
+					if i%4 == 0 {
+						// A real statement before the failure: it must be rolled back.
+						if _, err := tx.MessageAppend(ctx, &store.MessageAppendParams{MessageID: ids.New("msg"), SessionID: sid, Role: "x", Content: "must vanish"}); err != nil {
+							return nil, err
+						}
+						return nil, boom
+					}
+					return []store.EventParams{ev(sid, "ok", i)}, nil
+				})
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if i%4 == 0 && !errors.Is(err, boom) {
+				t.Fatalf("op %d: %v, want boom", i, err)
+			}
+			if i%4 != 0 && err != nil {
+				t.Fatalf("op %d failed with its neighbour: %v", i, err)
+			}
+		}
+		evs, _ := st.EventsList(ctx, &store.EventsListParams{SessionID: sid})
+		if len(evs) != 30 {
+			t.Fatalf("%d events, want 30", len(evs))
+		}
+		assertConsecutive(t, evs, 1)
+		msgs, _ := st.MessagesList(ctx, &store.MessagesListParams{SessionID: sid})
+		if len(msgs) != 0 {
+			t.Fatalf("failed ops left %d messages", len(msgs))
+		}
+	})
+}
+
+func TestSlowSubscriberCatchesUpFromStore(t *testing.T) {
+	st := testdb.Open(t, "sqlite")
+	l := New(st, Options{})
+	defer l.Stop()
+	ctx := context.Background()
+	sid := session(t, st)
+	sub := l.Subscribe(sid, 0)
+	defer sub.Close()
+	// More than the live buffer holds, while nobody reads.
+	n := liveBufferLimit + 500
+	batch := make([]store.EventParams, 0, 100)
+	for i := range n {
+		batch = append(batch, ev(sid, "d", i))
+		if len(batch) == cap(batch) || i == n-1 {
+			if _, err := l.Append(ctx, batch...); err != nil {
+				t.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	got := collect(t, st, sub, n)
+	assertConsecutive(t, got, 1)
+}
+
+func TestStopFlushesQueuedAppends(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		st := testdb.Open(t, dialect)
+		l := New(st, Options{})
+		ctx := context.Background()
+		sid := session(t, st)
+		for i := range 300 {
+			if err := l.AppendAsync(ctx, nil, ev(sid, "d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l.Stop()
+		l.Stop()
+		if _, err := l.Append(ctx, ev(sid, "late", 0)); !errors.Is(err, ErrClosed) {
+			t.Fatalf("append after stop: %v", err)
+		}
+		evs, _ := st.EventsList(ctx, &store.EventsListParams{SessionID: sid})
+		if len(evs) != 300 {
+			t.Fatalf("%d of 300 queued events survived Stop", len(evs))
+		}
+	})
+}
+
+func TestPokeDeliversEventsWrittenElsewhere(t *testing.T) {
+	st := testdb.Open(t, "sqlite")
+	l := New(st, Options{})
+	defer l.Stop()
+	sid := session(t, st)
+	sub := l.Subscribe(sid, 0)
+	defer sub.Close()
+	// Another process writes straight to the store; only a poke tells us.
+	if _, err := st.EventsAppend(context.Background(), []store.EventParams{ev(sid, "x", 1), ev(sid, "x", 2)}); err != nil {
+		t.Fatal(err)
+	}
+	l.Hub().Poke(sid)
+	got := collect(t, st, sub, 2)
+	assertConsecutive(t, got, 1)
+}

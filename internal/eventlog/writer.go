@@ -1,0 +1,154 @@
+package eventlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/agentplane/agentplane/internal/store"
+)
+
+// ErrClosed is returned for work submitted after Stop began.
+var ErrClosed = errors.New("event log closed")
+
+// TxFunc changes state inside the log's transaction and returns the events
+// that record the change; they are appended in the same transaction. An
+// error rolls back this op only (the batch is retried without it).
+type TxFunc func(ctx context.Context, tx store.Queries) ([]store.EventParams, error)
+
+// op is one unit of work for a writer: either a plain append (events) or a
+// state change (fn). done, when set, receives the outcome after commit.
+type op struct {
+	events []store.EventParams
+	fn     TxFunc
+	done   func(evs []store.Event, err error)
+}
+
+// writer is one group-commit loop. Ops queue in FIFO order; each commit
+// takes everything queued so far, so under load many ops share one fsync and
+// under no load an op commits at once — batching never adds a fixed delay.
+type writer struct {
+	st       store.Store
+	queue    chan *op
+	publish  func([]store.Event)
+	maxBatch int
+	log      *slog.Logger
+}
+
+func (w *writer) loop(stopped chan<- struct{}) {
+	defer close(stopped)
+	batch := make([]*op, 0, w.maxBatch)
+	for first := range w.queue {
+		batch = append(batch[:0], first)
+	drain:
+		for len(batch) < w.maxBatch {
+			select {
+			case o, ok := <-w.queue:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, o)
+			default:
+				break drain
+			}
+		}
+		w.commit(batch)
+	}
+}
+
+// commit runs the batch in one transaction. If any op fails, the whole
+// transaction is rolled back and each op is retried alone, so one bad op
+// (a conflict, a constraint) cannot take its neighbours down with it.
+func (w *writer) commit(batch []*op) {
+	// Cancellation of the submitter must not abort a shared transaction.
+	ctx := context.Background()
+	results := make([][]store.Event, len(batch))
+	err := w.st.InTx(ctx, func(tx store.Queries) error {
+		return runOps(ctx, tx, batch, results)
+	})
+	if err == nil {
+		w.finish(batch, results, nil)
+		return
+	}
+	if len(batch) == 1 {
+		w.finish(batch, results, []error{err})
+		return
+	}
+	errs := make([]error, len(batch))
+	for i, o := range batch {
+		one := results[i : i+1]
+		errs[i] = w.st.InTx(ctx, func(tx store.Queries) error {
+			return runOps(ctx, tx, []*op{o}, one)
+		})
+		if errs[i] != nil {
+			one[0] = nil
+		}
+	}
+	w.finish(batch, results, errs)
+}
+
+// runOps executes ops in order. Consecutive plain appends are merged into
+// one multi-row insert; a state change flushes the pending appends first so
+// the log keeps submission order.
+func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event) error {
+	var pending []store.EventParams
+	var owners []int // op index for each pending event
+	flush := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		out, err := tx.EventsAppend(ctx, pending)
+		if err != nil {
+			return err
+		}
+		for i, e := range out {
+			results[owners[i]] = append(results[owners[i]], e)
+		}
+		pending, owners = pending[:0], owners[:0]
+		return nil
+	}
+	for i, o := range batch {
+		results[i] = nil
+		evs := o.events
+		if o.fn != nil {
+			if err := flush(); err != nil {
+				return err
+			}
+			var err error
+			if evs, err = o.fn(ctx, tx); err != nil {
+				return err
+			}
+		}
+		for range evs {
+			owners = append(owners, i)
+		}
+		pending = append(pending, evs...)
+	}
+	return flush()
+}
+
+func (w *writer) finish(batch []*op, results [][]store.Event, errs []error) {
+	var all []store.Event
+	for i, o := range batch {
+		var err error
+		if errs != nil {
+			err = errs[i]
+		}
+		if err == nil {
+			all = append(all, results[i]...)
+		} else if o.done == nil {
+			w.log.Error("event log append failed", "err", err)
+		}
+		if o.done != nil {
+			if err != nil {
+				o.done(nil, fmt.Errorf("event log: %w", err))
+			} else {
+				o.done(results[i], nil)
+			}
+		}
+	}
+	if len(all) > 0 {
+		w.publish(all)
+	}
+}
