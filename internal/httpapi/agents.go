@@ -1,0 +1,186 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/agentplane/agentplane/internal/agent"
+	"github.com/agentplane/agentplane/internal/auth"
+	"github.com/agentplane/agentplane/internal/ids"
+	"github.com/agentplane/agentplane/internal/respond"
+	"github.com/agentplane/agentplane/internal/store"
+)
+
+var agentIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$`)
+
+// RegisterRequest is the body of POST /v1/agents/register.
+type RegisterRequest struct {
+	AgentID      string   `json:"agent_id"`
+	Name         string   `json:"name"`
+	Endpoint     string   `json:"endpoint"`
+	Capabilities []string `json:"capabilities"`
+	LinkedAgents []string `json:"linked_agents"`
+	RotateKey    bool     `json:"rotate_key"`
+}
+
+// RegisterResponse answers a registration. AgentAPIKey is set only when a
+// key was issued (first registration or rotate_key).
+type RegisterResponse struct {
+	OK          bool         `json:"ok"`
+	AgentID     string       `json:"agent_id"`
+	AgentAPIKey string       `json:"agent_api_key,omitempty"`
+	Created     bool         `json:"created"`
+	Agent       *store.Agent `json:"agent"`
+}
+
+func (a *API) agentRegister(w http.ResponseWriter, r *http.Request) {
+	if !a.admin(w, r) {
+		return
+	}
+	var req RegisterRequest
+	if err := respond.DecodeJSON(w, r, maxBody, &req); err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	resp, err := a.Register(r.Context(), &req)
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if resp.Created {
+		status = http.StatusCreated
+	}
+	respond.JSON(w, status, resp)
+}
+
+// Register validates and stores an agent; the config file and --demo use it
+// too, so every registration passes the same checks.
+func (a *API) Register(ctx context.Context, req *RegisterRequest) (*RegisterResponse, error) {
+	if !agentIDPattern.MatchString(req.AgentID) {
+		return nil, respond.E(http.StatusBadRequest, "invalid_agent_id", "agent_id must be 1-64 letters, digits, '_', '-', '.'")
+	}
+	u, err := a.Allow.ValidateEndpoint(ctx, req.Endpoint)
+	if err != nil {
+		var ee *agent.EndpointError
+		if errors.As(err, &ee) {
+			return nil, respond.E(http.StatusBadRequest, ee.Code, ee.Message)
+		}
+		return nil, err
+	}
+	for _, l := range req.LinkedAgents {
+		if !agentIDPattern.MatchString(l) {
+			return nil, respond.E(http.StatusBadRequest, "invalid_linked_agents", "linked_agents must be agent ids")
+		}
+	}
+	if req.Name == "" {
+		req.Name = req.AgentID
+	}
+	caps, _ := json.Marshal(nonNil(req.Capabilities))
+	linked, _ := json.Marshal(nonNil(req.LinkedAgents))
+	_, err = a.St.AgentGet(ctx, req.AgentID)
+	created := errors.Is(err, store.ErrNotFound)
+	if err != nil && !created {
+		return nil, err
+	}
+	var key, hash string
+	if created || req.RotateKey {
+		key = ids.Secret("apk_")
+		hash = auth.HashKey(key)
+	}
+	ag, err := a.St.AgentUpsert(ctx, &store.AgentUpsertParams{
+		AgentID: req.AgentID, Name: req.Name, Endpoint: strings.TrimRight(u.String(), "/"),
+		Capabilities: caps, LinkedAgents: linked, KeyHash: hash, At: time.Now().UnixMilli(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if req.RotateKey {
+		a.Keys.Forget(ag.AgentID)
+	}
+	return &RegisterResponse{OK: true, AgentID: ag.AgentID, AgentAPIKey: key, Created: created, Agent: ag}, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// agentList is open to every key: clients pick an agent from it; nothing
+// secret is in an agent row.
+func (a *API) agentList(w http.ResponseWriter, r *http.Request) {
+	if _, ok := a.principal(w, r); !ok {
+		return
+	}
+	list, err := a.St.AgentList(r.Context())
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	respond.JSON(w, http.StatusOK, map[string]any{"agents": list})
+}
+
+func (a *API) agentGet(w http.ResponseWriter, r *http.Request) {
+	if _, ok := a.principal(w, r); !ok {
+		return
+	}
+	ag, err := a.St.AgentGet(r.Context(), r.PathValue("agent_id"))
+	if errors.Is(err, store.ErrNotFound) {
+		err = respond.E(http.StatusNotFound, "agent_not_found", "no such agent")
+	}
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	respond.JSON(w, http.StatusOK, ag)
+}
+
+func (a *API) agentDelete(w http.ResponseWriter, r *http.Request) {
+	if !a.admin(w, r) {
+		return
+	}
+	id := r.PathValue("agent_id")
+	err := a.St.AgentDelete(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		err = respond.E(http.StatusNotFound, "agent_not_found", "no such agent")
+	}
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	a.Keys.Forget(id)
+	respond.JSON(w, http.StatusOK, map[string]any{"ok": true, "agent_id": id})
+}
+
+// agentVerb serves POST /v1/agents/{agent_id}:heartbeat.
+func (a *API) agentVerb(w http.ResponseWriter, r *http.Request) {
+	id, verb, ok := splitVerb(r.PathValue("verb"))
+	if !ok || verb != "heartbeat" {
+		respond.Err(w, r, respond.E(http.StatusNotFound, "not_found", "unknown agent operation"))
+		return
+	}
+	p, ok := a.principal(w, r)
+	if !ok {
+		return
+	}
+	if p.Kind != auth.Admin && !(p.Kind == auth.Agent && p.AgentID == id) {
+		respond.Err(w, r, errForbidden)
+		return
+	}
+	ag, err := a.St.AgentHeartbeat(r.Context(), id, time.Now().UnixMilli())
+	if errors.Is(err, store.ErrNotFound) {
+		err = respond.E(http.StatusNotFound, "agent_not_found", "no such agent")
+	}
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	respond.JSON(w, http.StatusOK, map[string]any{"ok": true, "agent_id": id, "status": ag.Status})
+}

@@ -1,0 +1,74 @@
+package httpapi
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/agentplane/agentplane/internal/auth"
+	"github.com/agentplane/agentplane/internal/ids"
+	"github.com/agentplane/agentplane/internal/respond"
+	"github.com/agentplane/agentplane/internal/store"
+)
+
+var messageRoles = map[string]bool{"user": true, "assistant": true, "system": true, "tool": true}
+
+func (a *API) messagesList(w http.ResponseWriter, r *http.Request) {
+	p, ok := a.principal(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("session_id")
+	if err := a.sessionAccess(r, p, id); err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	limit, err := intParam(r, "limit", 100)
+	if err != nil || limit < 1 || limit > 1000 {
+		respond.Err(w, r, respond.E(http.StatusBadRequest, "invalid_param", "limit must be 1..1000"))
+		return
+	}
+	msgs, err := a.St.MessagesList(r.Context(), &store.MessagesListParams{SessionID: id, Before: r.URL.Query().Get("before"), Limit: int(limit)})
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	next := ""
+	if len(msgs) == int(limit) {
+		next = msgs[0].MessageID
+	}
+	respond.JSON(w, http.StatusOK, map[string]any{"messages": msgs, "next_before": next})
+}
+
+func (a *API) messageAppend(w http.ResponseWriter, r *http.Request) {
+	p, ok := a.principal(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("session_id")
+	if err := a.sessionAccess(r, p, id); err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	var body struct {
+		Role    string  `json:"role"`
+		Content *string `json:"content"`
+	}
+	if err := respond.DecodeJSON(w, r, maxBody, &body); err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	if !messageRoles[body.Role] || body.Content == nil {
+		respond.Err(w, r, respond.E(http.StatusBadRequest, "invalid_message", "role must be user|assistant|system|tool and content a string"))
+		return
+	}
+	runID := ""
+	if p.Kind == auth.Agent {
+		runID = r.Header.Get("x-run-id")
+	}
+	m, err := a.St.MessageAppend(r.Context(), &store.MessageAppendParams{MessageID: ids.New("msg"), SessionID: id, RunID: runID, Role: body.Role, Content: *body.Content, CreatedAt: time.Now().UnixMilli()})
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	respond.JSON(w, http.StatusCreated, m)
+}

@@ -1,0 +1,75 @@
+// Package httpapi is agentplane's HTTP surface for operators and agents
+// (DESIGN §6–§7): one handler file per resource, every route registered in
+// Routes.
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/agentplane/agentplane/internal/agent"
+	"github.com/agentplane/agentplane/internal/auth"
+	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/run"
+	"github.com/agentplane/agentplane/internal/store"
+)
+
+// maxBody bounds JSON request bodies of the management API.
+const maxBody = 1 << 20
+
+// API holds what the handlers need.
+type API struct {
+	St    store.Store
+	Log   *eventlog.Log
+	Keys  *auth.Keys
+	Runs  *run.Manager
+	Allow *agent.Allowlist
+	// Ready reports readiness beyond the store answering (false while
+	// shutting down).
+	Ready  func() bool
+	Logger *slog.Logger
+}
+
+// Routes registers every management route on mux.
+func (a *API) Routes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthz", a.healthz)
+	mux.HandleFunc("GET /readyz", a.readyz)
+
+	mux.HandleFunc("POST /v1/agents/register", a.agentRegister)
+	mux.HandleFunc("GET /v1/agents", a.agentList)
+	mux.HandleFunc("GET /v1/agents/{agent_id}", a.agentGet)
+	mux.HandleFunc("DELETE /v1/agents/{agent_id}", a.agentDelete)
+	mux.HandleFunc("POST /v1/agents/{verb}", a.agentVerb) // {agent_id}:heartbeat
+
+	mux.HandleFunc("GET /v1/runs/{run_id}", a.runGet)
+	mux.HandleFunc("GET /v1/runs/{run_id}/events", a.runEvents)
+	mux.HandleFunc("POST /v1/runs/{verb}", a.runVerb) // {run_id}:cancel
+
+	mux.HandleFunc("GET /v1/sessions/{session_id}/events", a.sessionEvents)
+	mux.HandleFunc("GET /v1/sessions/{session_id}/messages", a.messagesList)
+	mux.HandleFunc("POST /v1/sessions/{session_id}/messages", a.messageAppend)
+
+	mux.HandleFunc("PUT /v1/context/{key...}", a.contextPut)
+	mux.HandleFunc("GET /v1/context/{key...}", a.contextGet)
+}
+
+func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Write([]byte(`{"ok":true}` + "\n"))
+}
+
+func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2e9)
+	defer cancel()
+	if a.Ready != nil && !a.Ready() {
+		http.Error(w, `{"ok":false,"reason":"shutting down"}`, http.StatusServiceUnavailable)
+		return
+	}
+	if err := a.St.Ping(ctx); err != nil {
+		http.Error(w, `{"ok":false,"reason":"store unavailable"}`, http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write([]byte(`{"ok":true}` + "\n"))
+}

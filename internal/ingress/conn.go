@@ -1,0 +1,206 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/agentplane/agentplane/internal/eventlog"
+)
+
+// hardFrameLimit is where the connection is closed (1009) rather than
+// answered: reading a frame this big just to discard it is abuse.
+const hardFrameFactor = 16
+
+// conn is one client connection. The HTTP handler's goroutine reads; each
+// followed session has one goroutine delivering its events; pings are
+// timers. An idle connection therefore costs one goroutine.
+type conn struct {
+	s   *Server
+	ws  *websocket.Conn
+	log *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	wmu sync.Mutex // one writer at a time
+
+	mu     sync.Mutex
+	userID string
+	subs   map[string]*follower // session id -> delivery
+
+	ping *time.Timer
+}
+
+type follower struct {
+	sub  *eventlog.Subscription
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+func newConn(s *Server, ws *websocket.Conn) *conn {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &conn{s: s, ws: ws, log: s.opts.Logger, ctx: ctx, cancel: cancel, subs: map[string]*follower{}}
+}
+
+func (c *conn) serve() {
+	defer c.teardown()
+	max := c.s.opts.MaxFrameBytes
+	c.ws.SetReadLimit(int64(max) * hardFrameFactor)
+	c.ws.SetReadDeadline(time.Now().Add(c.s.opts.HelloTimeout))
+	c.ws.SetPongHandler(func(string) error {
+		return c.ws.SetReadDeadline(time.Now().Add(c.s.opts.PongWait))
+	})
+	c.ping = time.AfterFunc(c.s.opts.PingInterval, c.sendPing)
+	for {
+		mt, r, err := c.ws.NextReader()
+		if err != nil {
+			if errors.Is(err, websocket.ErrReadLimit) {
+				c.closeWith(websocket.CloseMessageTooBig, "message too large")
+			}
+			return
+		}
+		// Buffer one byte past the limit to tell "at the limit" from "over".
+		data, err := io.ReadAll(io.LimitReader(r, int64(max)+1))
+		if err != nil {
+			if errors.Is(err, websocket.ErrReadLimit) {
+				c.closeWith(websocket.CloseMessageTooBig, "message too large")
+			}
+			return
+		}
+		if len(data) > max {
+			if _, err := io.Copy(io.Discard, r); err != nil {
+				c.closeWith(websocket.CloseMessageTooBig, "message too large")
+				return
+			}
+			c.send(errorReply("", "message_too_large", "messages are limited to "+itoa(max)+" bytes"))
+			continue
+		}
+		if mt != websocket.TextMessage {
+			c.send(errorReply("", "invalid_message", "only JSON text frames are accepted"))
+			continue
+		}
+		if c.user() == "" {
+			if !c.hello(data) {
+				return
+			}
+			continue
+		}
+		c.ws.SetReadDeadline(time.Now().Add(c.s.opts.PongWait))
+		c.handle(data)
+	}
+}
+
+func itoa(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+func (c *conn) user() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.userID
+}
+
+// hello authenticates; a bad or missing hello is answered and closed.
+func (c *conn) hello(data []byte) bool {
+	var m inbound
+	if err := json.Unmarshal(data, &m); err != nil || m.Type != "hello" {
+		c.send(errorReply(m.RequestID, "unauthorized", "the first message must be hello {user_id, api_key}"))
+		c.closeWith(websocket.ClosePolicyViolation, "hello required")
+		return false
+	}
+	if m.UserID == "" || !c.s.keys.UserByKey(m.UserID, m.APIKey) {
+		c.send(errorReply(m.RequestID, "unauthorized", "unknown user_id or api_key"))
+		c.closeWith(websocket.ClosePolicyViolation, "unauthorized")
+		return false
+	}
+	c.mu.Lock()
+	c.userID = m.UserID
+	c.mu.Unlock()
+	c.log = c.log.With("user_id", m.UserID)
+	c.ws.SetReadDeadline(time.Now().Add(c.s.opts.PongWait))
+	c.send(&reply{Type: "ready", TS: time.Now().UnixMilli(), RequestID: m.RequestID, UserID: m.UserID})
+	return true
+}
+
+func (c *conn) sendPing() {
+	deadline := time.Now().Add(c.s.opts.WriteTimeout)
+	if err := c.ws.WriteControl(websocket.PingMessage, nil, deadline); err != nil {
+		c.cancel()
+		c.ws.Close()
+		return
+	}
+	c.ping.Reset(c.s.opts.PingInterval)
+}
+
+// send writes a reply (not from the log).
+func (c *conn) send(r *reply) {
+	b, _ := json.Marshal(r)
+	c.write(b)
+}
+
+// write sends one text message; a failed write ends the connection (the
+// client resumes from its last seq when it comes back).
+func (c *conn) write(b []byte) bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.ws.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
+	if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
+		c.cancel()
+		c.ws.Close()
+		return false
+	}
+	return true
+}
+
+func (c *conn) closeWith(code int, text string) {
+	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(time.Second))
+	c.cancel()
+	c.ws.Close()
+}
+
+func (c *conn) teardown() {
+	if c.ping != nil {
+		c.ping.Stop()
+	}
+	c.cancel()
+	c.ws.Close()
+	c.mu.Lock()
+	subs := c.subs
+	c.subs = map[string]*follower{}
+	c.mu.Unlock()
+	for sid, f := range subs {
+		f.stop()
+		f.sub.Close()
+		<-f.done
+		c.s.follow(c, sid, false)
+	}
+}
+
+// drain waits (bounded by ctx and a short cap) until each followed session
+// has delivered what its log holds, so a shutdown does not cut the last events.
+func (c *conn) drain(ctx context.Context) {
+	deadline := time.Now().Add(time.Second)
+	c.mu.Lock()
+	subs := make([]*follower, 0, len(c.subs))
+	for _, f := range c.subs {
+		subs = append(subs, f)
+	}
+	c.mu.Unlock()
+	for _, f := range subs {
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			sess, err := c.s.st.SessionGet(ctx, f.sub.SessionID())
+			if err != nil || f.sub.Cursor() >= sess.LastSeq {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}

@@ -1,0 +1,93 @@
+package ingress
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/store"
+)
+
+// clientTypes maps log event types to the message type clients see. Types
+// not listed are internal (trace only) and never sent (DESIGN §4).
+var clientTypes = map[string]string{
+	eventlog.TypeRunStarted:       "run_started",
+	eventlog.TypeAgentStreamDelta: "delta",
+	eventlog.TypeState:            "state",
+	eventlog.TypeRunDone:          "done",
+	eventlog.TypeRunFailed:        "error",
+	eventlog.TypeRunCancelled:     "state",
+	"tool_request":                "tool_request",
+	"approval_required":           "approval_required",
+}
+
+// ClientMessage renders a logged event as the client's JSON message: the
+// envelope (type, session_id, seq, event_id, ts, run_id) followed by the
+// payload's own fields, spliced in without re-encoding. It returns nil for
+// internal events.
+func ClientMessage(e *store.Event) []byte {
+	typ, ok := clientTypes[e.Type]
+	if !ok {
+		return nil
+	}
+	b := make([]byte, 0, 160+len(e.Payload))
+	b = append(b, `{"type":`...)
+	b = strconv.AppendQuote(b, typ)
+	b = append(b, `,"session_id":`...)
+	b = strconv.AppendQuote(b, e.SessionID)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendInt(b, e.Seq, 10)
+	b = append(b, `,"event_id":`...)
+	b = strconv.AppendQuote(b, e.EventID)
+	b = append(b, `,"ts":`...)
+	b = strconv.AppendInt(b, e.TS, 10)
+	b = append(b, `,"run_id":`...)
+	b = strconv.AppendQuote(b, e.RunID)
+	if e.ParentRunID != "" {
+		b = append(b, `,"parent_run_id":`...)
+		b = strconv.AppendQuote(b, e.ParentRunID)
+	}
+	p := bytes.TrimSpace(e.Payload)
+	if len(p) > 2 && p[0] == '{' {
+		inner := bytes.TrimSpace(p[1 : len(p)-1])
+		if len(inner) > 0 {
+			b = append(b, ',')
+			b = append(b, inner...)
+		}
+	}
+	return append(b, '}')
+}
+
+// inbound is every field any client message may carry; Type picks which
+// ones matter.
+type inbound struct {
+	Type      string          `json:"type"`
+	TS        int64           `json:"ts"`
+	RequestID string          `json:"request_id"`
+	UserID    string          `json:"user_id"`
+	APIKey    string          `json:"api_key"`
+	SessionID string          `json:"session_id"`
+	AgentID   string          `json:"agent_id"`
+	Message   json.RawMessage `json:"message"`
+	AfterSeq  *int64          `json:"after_seq"`
+	RunID     string          `json:"run_id"`
+	Reason    string          `json:"reason"`
+}
+
+// reply is a message that does not come from the log (no seq).
+type reply struct {
+	Type      string `json:"type"`
+	TS        int64  `json:"ts"`
+	RequestID string `json:"request_id,omitempty"`
+	UserID    string `json:"user_id,omitempty"`
+	SessionID string `json:"session_id,omitempty"`
+	RunID     string `json:"run_id,omitempty"`
+	Code      string `json:"code,omitempty"`
+	Message   string `json:"message,omitempty"`
+}
+
+func errorReply(requestID, code, message string) *reply {
+	return &reply{Type: "error", TS: time.Now().UnixMilli(), RequestID: requestID, Code: code, Message: message}
+}

@@ -1,0 +1,160 @@
+// Package ingress is the client side of agentplane: the WebSocket protocol
+// of DESIGN §4. It authenticates clients, turns their messages into
+// orchestrator commands, and delivers committed events of the sessions a
+// connection follows. It knows nothing of agents or policy.
+package ingress
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/agentplane/agentplane/internal/auth"
+	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/run"
+	"github.com/agentplane/agentplane/internal/store"
+)
+
+// Options tune the protocol's limits. Zero values pick defaults.
+type Options struct {
+	// MaxFrameBytes is the largest message accepted; larger ones get an
+	// error reply and the connection stays open. Default 1 MiB.
+	MaxFrameBytes int
+	// HelloTimeout is how long a new connection may take to say hello.
+	HelloTimeout time.Duration
+	// PingInterval is how often the server pings; a client that has not
+	// answered within PongWait is dropped.
+	PingInterval time.Duration
+	PongWait     time.Duration
+	// WriteTimeout bounds one write to a client.
+	WriteTimeout time.Duration
+	Logger       *slog.Logger
+}
+
+// Server serves GET /v1/ws.
+type Server struct {
+	keys     *auth.Keys
+	runs     *run.Manager
+	log      *eventlog.Log
+	st       store.Store
+	opts     Options
+	upgrader websocket.Upgrader
+
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
+	sessions map[string]map[*conn]struct{} // session -> connections following it
+	closing  bool
+	count    atomic.Int64
+}
+
+// New builds the ingress.
+func New(keys *auth.Keys, runs *run.Manager, log *eventlog.Log, opts Options) *Server {
+	if opts.MaxFrameBytes <= 0 {
+		opts.MaxFrameBytes = 1 << 20
+	}
+	if opts.HelloTimeout <= 0 {
+		opts.HelloTimeout = 10 * time.Second
+	}
+	if opts.PingInterval <= 0 {
+		opts.PingInterval = 25 * time.Second
+	}
+	if opts.PongWait <= 0 {
+		opts.PongWait = opts.PingInterval + 15*time.Second
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Server{keys: keys, runs: runs, log: log, st: log.Store(), opts: opts,
+		conns: map[*conn]struct{}{}, sessions: map[string]map[*conn]struct{}{}}
+	s.upgrader = websocket.Upgrader{
+		// Zero buffer sizes reuse the HTTP server's buffers, and a pool
+		// lends write buffers only while writing: an idle connection holds
+		// no buffer of its own (memory per idle connection, issue 2).
+		WriteBufferPool: &sync.Pool{},
+		CheckOrigin:     func(*http.Request) bool { return true }, // auth is the hello key, not cookies
+	}
+	return s
+}
+
+// Connections is the number of open client connections.
+func (s *Server) Connections() int64 { return s.count.Load() }
+
+// Connected reports whether any connection follows sessionID (DESIGN §8:
+// a client tool needs one).
+func (s *Server) Connected(sessionID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions[sessionID]) > 0
+}
+
+// ServeHTTP upgrades and runs one connection until it closes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		http.Error(w, `{"error":{"code":"shutting_down","message":"the platform is shutting down"}}`, http.StatusServiceUnavailable)
+		return
+	}
+	ws, err := s.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader has answered
+	}
+	c := newConn(s, ws)
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	s.count.Add(1)
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.count.Add(-1)
+	}()
+	c.serve()
+}
+
+func (s *Server) follow(c *conn, sessionID string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.sessions[sessionID]
+	if on {
+		if m == nil {
+			m = map[*conn]struct{}{}
+			s.sessions[sessionID] = m
+		}
+		m[c] = struct{}{}
+		return
+	}
+	delete(m, c)
+	if len(m) == 0 {
+		delete(s.sessions, sessionID)
+	}
+}
+
+// Shutdown refuses new connections, gives subscriptions a moment to deliver
+// the last committed events, then closes every connection with 1001 so
+// clients reconnect elsewhere and resume from their last seq.
+func (s *Server) Shutdown(ctx context.Context) {
+	s.mu.Lock()
+	s.closing = true
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.drain(ctx)
+	}
+	for _, c := range conns {
+		c.closeWith(websocket.CloseGoingAway, "server shutting down")
+	}
+}

@@ -1,0 +1,164 @@
+// Package run is the orchestrator core for runs: starting one (session,
+// transcript, events in one transaction), driving the agent's SSE stream into
+// the event log, cancelling, shutting down without leaving anything
+// half-written, and failing runs whose process died.
+package run
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/agentplane/agentplane/internal/agent"
+	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/store"
+)
+
+// Invoker calls an agent (agent.Client in production).
+type Invoker interface {
+	Invoke(ctx context.Context, endpoint string, req agent.InvokeRequest, h func(agent.StreamEvent) error) (*agent.Result, error)
+}
+
+// Options configure a Manager.
+type Options struct {
+	InstanceID string
+	Invoker    Invoker
+	Logger     *slog.Logger
+	// TranscriptLimit is how many recent messages are sent as messages[].
+	TranscriptLimit int
+	// HeartbeatInterval and StaleAfter drive orphan detection across
+	// processes: an owner silent for StaleAfter is dead.
+	HeartbeatInterval time.Duration
+	StaleAfter        time.Duration
+	// RunCost, when set, reports the LLM cost accumulated by a run so far
+	// (for run_done's total_cost).
+	RunCost func(runID string) float64
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+}
+
+// Manager starts and drives runs.
+type Manager struct {
+	log  *eventlog.Log
+	st   store.Store
+	opts Options
+
+	mu       sync.Mutex
+	active   map[string]*activeRun
+	draining bool
+	wg       sync.WaitGroup
+
+	bgCancel context.CancelFunc
+	bgDone   chan struct{}
+	stopOnce sync.Once
+}
+
+type activeRun struct {
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+
+	mu    sync.Mutex // orders delta appends against Cancel
+	ended bool       // set by Cancel under mu
+}
+
+// storeListAll lists every active run for the orphan sweep.
+var storeListAll = store.RunListActiveParams{Limit: 10000}
+
+// Cancellation causes, so the run loop knows who ended it.
+var (
+	errCancelledByUser = errors.New("cancelled")
+	errShutdown        = errors.New("platform shutting down")
+)
+
+// New makes a Manager; call Start to begin heartbeats and the sweeper.
+func New(log *eventlog.Log, opts Options) *Manager {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.TranscriptLimit <= 0 {
+		opts.TranscriptLimit = 200
+	}
+	if opts.HeartbeatInterval <= 0 {
+		opts.HeartbeatInterval = 5 * time.Second
+	}
+	if opts.StaleAfter <= 0 {
+		opts.StaleAfter = 30 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Manager{log: log, st: log.Store(), opts: opts, active: map[string]*activeRun{}}
+}
+
+func (m *Manager) now() int64 { return m.opts.Now().UnixMilli() }
+
+// Start fails the runs a previous process with this instance id left
+// unfinished, then keeps a heartbeat and sweeps runs of dead instances.
+func (m *Manager) Start(ctx context.Context) error {
+	if err := m.st.InstanceHeartbeat(ctx, m.opts.InstanceID, m.now()); err != nil {
+		return err
+	}
+	if _, err := m.failOrphans(ctx, true); err != nil {
+		return err
+	}
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.bgCancel = cancel
+	m.bgDone = make(chan struct{})
+	go m.background(bg)
+	return nil
+}
+
+func (m *Manager) background(ctx context.Context) {
+	defer close(m.bgDone)
+	t := time.NewTicker(m.opts.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := m.st.InstanceHeartbeat(ctx, m.opts.InstanceID, m.now()); err != nil && ctx.Err() == nil {
+				m.opts.Logger.Warn("instance heartbeat failed", "err", err)
+			}
+			if _, err := m.failOrphans(ctx, false); err != nil && ctx.Err() == nil {
+				m.opts.Logger.Warn("orphan sweep failed", "err", err)
+			}
+		}
+	}
+}
+
+// Shutdown stops taking runs, lets in-flight ones finish until ctx ends,
+// then cancels the rest, which are failed with code platform_shutdown.
+// It returns when every run loop has written its last event.
+func (m *Manager) Shutdown(ctx context.Context) {
+	m.stopOnce.Do(func() {
+		m.mu.Lock()
+		m.draining = true
+		m.mu.Unlock()
+		idle := make(chan struct{})
+		go func() { m.wg.Wait(); close(idle) }()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			m.mu.Lock()
+			for _, a := range m.active {
+				a.cancel(errShutdown)
+			}
+			m.mu.Unlock()
+			<-idle
+		}
+		if m.bgCancel != nil {
+			m.bgCancel()
+			<-m.bgDone
+		}
+	})
+}
+
+// ActiveRuns is the number of runs this process is driving.
+func (m *Manager) ActiveRuns() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.active)
+}

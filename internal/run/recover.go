@@ -1,0 +1,46 @@
+package run
+
+import (
+	"context"
+	"fmt"
+)
+
+// failOrphans fails runs nobody drives any more with platform_restarted:
+// at start, those a previous process with our instance id left; always,
+// those of instances whose heartbeat went stale. The guarded transition
+// makes concurrent sweepers on several replicas harmless.
+func (m *Manager) failOrphans(ctx context.Context, atStart bool) (int, error) {
+	instances, err := m.st.InstanceList(ctx)
+	if err != nil {
+		return 0, err
+	}
+	alive := map[string]bool{}
+	cutoff := m.now() - m.opts.StaleAfter.Milliseconds()
+	for _, in := range instances {
+		alive[in.InstanceID] = in.HeartbeatAt >= cutoff
+	}
+	runs, err := m.st.RunListActive(ctx, &storeListAll)
+	if err != nil {
+		return 0, err
+	}
+	failed := 0
+	for _, r := range runs {
+		if r.Owner == m.opts.InstanceID {
+			m.mu.Lock()
+			_, driving := m.active[r.RunID]
+			m.mu.Unlock()
+			if !atStart || driving {
+				continue
+			}
+		} else if alive[r.Owner] {
+			continue
+		}
+		msg := fmt.Sprintf("the agentplane process driving this run (%s) stopped before it finished", r.Owner)
+		if err := m.fail(ctx, r, "platform_restarted", msg, nil); err != nil {
+			return failed, err
+		}
+		m.opts.Logger.Warn("failed orphaned run", "run_id", r.RunID, "session_id", r.SessionID, "owner", r.Owner)
+		failed++
+	}
+	return failed, nil
+}

@@ -1,0 +1,142 @@
+package run
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+
+	"github.com/agentplane/agentplane/internal/agent"
+	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/ids"
+	"github.com/agentplane/agentplane/internal/respond"
+	"github.com/agentplane/agentplane/internal/store"
+)
+
+// Errors Start and Cancel return; they carry the code clients see.
+var (
+	ErrSessionBusy    = respond.E(http.StatusConflict, "session_busy", "the session already has an active run")
+	ErrAgentNotFound  = respond.E(http.StatusNotFound, "agent_not_found", "no such agent")
+	ErrSessionDenied  = respond.E(http.StatusForbidden, "forbidden", "the session belongs to another user")
+	ErrRunNotFound    = respond.E(http.StatusNotFound, "run_not_found", "no such run")
+	ErrRunNotActive   = respond.E(http.StatusConflict, "run_not_active", "the run has already ended")
+	ErrShuttingDown   = respond.E(http.StatusServiceUnavailable, "shutting_down", "the platform is shutting down")
+	ErrInvalidSession = respond.E(http.StatusBadRequest, "invalid_session_id", "session_id must be 1-128 characters of letters, digits, '_', '-', '.', ':'")
+)
+
+var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.:\-]{1,128}$`)
+
+// StartParams is one user message that starts a root run.
+type StartParams struct {
+	UserID    string
+	SessionID string // empty: a new session is created
+	AgentID   string
+	RequestID string
+	Message   agent.Message
+}
+
+// Started is what Start committed.
+type Started struct {
+	Run    *store.Run
+	Events []store.Event // user_input, run_started, agent_invoke_started
+}
+
+// StartRun creates the session if needed, the run, the transcript entry and
+// the opening events in one transaction, then drives the agent in the
+// background. A session with an active root run gets ErrSessionBusy.
+func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error) {
+	m.mu.Lock()
+	draining := m.draining
+	m.mu.Unlock()
+	if draining {
+		return nil, ErrShuttingDown
+	}
+	if p.SessionID != "" && !sessionIDPattern.MatchString(p.SessionID) {
+		return nil, ErrInvalidSession
+	}
+	ag, err := m.st.AgentGet(ctx, p.AgentID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, ErrAgentNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	sessionID := p.SessionID
+	if sessionID == "" {
+		sessionID = ids.New("ses")
+	}
+	runID := ids.New("run")
+	traceparent := newTraceparent()
+	now := m.now()
+	msg, _ := json.Marshal(p.Message)
+	var run *store.Run
+	evs, err := m.log.Do(ctx, sessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
+		sess, err := tx.SessionGet(ctx, sessionID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			if _, err := tx.SessionCreate(ctx, &store.SessionCreateParams{SessionID: sessionID, UserID: p.UserID, CreatedAt: now}); err != nil {
+				return nil, err
+			}
+		case err != nil:
+			return nil, err
+		case sess.UserID != p.UserID:
+			return nil, ErrSessionDenied
+		}
+		run, err = tx.RunInsert(ctx, &store.RunInsertParams{RunID: runID, SessionID: sessionID, AgentID: ag.AgentID, UserID: p.UserID, Owner: m.opts.InstanceID, StartedAt: now})
+		if errors.Is(err, store.ErrConflict) {
+			return nil, ErrSessionBusy
+		}
+		if err != nil {
+			return nil, err
+		}
+		if _, err := tx.MessageAppend(ctx, &store.MessageAppendParams{MessageID: ids.New("msg"), SessionID: sessionID, RunID: runID, Role: p.Message.Role, Content: p.Message.Content, CreatedAt: now}); err != nil {
+			return nil, err
+		}
+		started, _ := json.Marshal(map[string]any{"request_id": p.RequestID, "agent_id": ag.AgentID, "message": json.RawMessage(msg), "traceparent": traceparent})
+		invoked, _ := json.Marshal(map[string]any{"agent_id": ag.AgentID, "endpoint": ag.Endpoint})
+		return []store.EventParams{
+			{SessionID: sessionID, RunID: runID, TS: now, Type: eventlog.TypeUserInput, Payload: json.RawMessage(`{"message":` + string(msg) + `}`)},
+			{SessionID: sessionID, RunID: runID, TS: now, Type: eventlog.TypeRunStarted, Payload: started},
+			{SessionID: sessionID, RunID: runID, TS: now, Type: eventlog.TypeAgentInvokeStarted, Payload: invoked},
+		}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.launch(run, ag, p, traceparent)
+	return &Started{Run: run, Events: evs}, nil
+}
+
+// launch registers the run as active and drives it in the background.
+func (m *Manager) launch(run *store.Run, ag *store.Agent, p StartParams, traceparent string) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	a := &activeRun{cancel: cancel, done: make(chan struct{})}
+	m.mu.Lock()
+	m.active[run.RunID] = a
+	m.wg.Add(1)
+	m.mu.Unlock()
+	go func() {
+		defer func() {
+			cancel(nil)
+			m.mu.Lock()
+			delete(m.active, run.RunID)
+			m.mu.Unlock()
+			close(a.done)
+			m.wg.Done()
+		}()
+		m.execute(ctx, run, ag, p, traceparent)
+	}()
+}
+
+// newTraceparent makes a W3C traceparent with a fresh trace id.
+func newTraceparent() string {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err))
+	}
+	return "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-01"
+}

@@ -1,0 +1,166 @@
+// Package server assembles agentplane from its parts and runs it until its
+// context ends, then shuts down in order: refuse new runs, let in-flight
+// runs finish (or fail them with a recorded reason), deliver the last
+// events, close connections, flush the log, close the store.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentplane/agentplane/internal/agent"
+	"github.com/agentplane/agentplane/internal/auth"
+	"github.com/agentplane/agentplane/internal/config"
+	"github.com/agentplane/agentplane/internal/console"
+	"github.com/agentplane/agentplane/internal/demo"
+	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/httpapi"
+	"github.com/agentplane/agentplane/internal/ids"
+	"github.com/agentplane/agentplane/internal/ingress"
+	"github.com/agentplane/agentplane/internal/run"
+	"github.com/agentplane/agentplane/internal/store"
+	"github.com/agentplane/agentplane/internal/store/postgres"
+	"github.com/agentplane/agentplane/internal/store/sqlite"
+)
+
+// OpenStore opens the database named by AGENTPLANE_DB.
+func OpenStore(ctx context.Context, dsn string) (store.Store, error) {
+	if path, ok := strings.CutPrefix(dsn, "sqlite:"); ok {
+		return sqlite.Open(ctx, path)
+	}
+	return postgres.Open(ctx, dsn)
+}
+
+// Run serves until ctx is cancelled. It prints the listening URL (and any
+// generated keys) to out.
+func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Logger) error {
+	st, err := OpenStore(ctx, cfg.DB)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	if cfg.AdminKey == "" {
+		cfg.AdminKey = ids.Secret("adm_")
+		cfg.AdminKeyGenerated = true
+	}
+	userKeys := cfg.APIKeys
+	var demoKey string
+	if cfg.Demo {
+		demoKey = ids.Secret("usr_")[:28]
+		userKeys = map[string]string{}
+		for u, k := range cfg.APIKeys {
+			userKeys[u] = k
+		}
+		userKeys["demo"] = demoKey
+	}
+	allowSpec := cfg.EndpointAllowlist
+	if cfg.Demo {
+		// The demo agent lives on loopback.
+		allowSpec = strings.Trim(allowSpec+",127.0.0.1/32", ",")
+	}
+	allow, err := agent.ParseAllowlist(allowSpec)
+	if err != nil {
+		return fmt.Errorf("AGENTPLANE_ENDPOINT_ALLOWLIST: %w", err)
+	}
+
+	log := eventlog.New(st, eventlog.Options{Logger: logger})
+	defer log.Stop()
+	keys := auth.New(cfg.AdminKey, userKeys, st)
+	httpClient := agent.NewHTTPClient(allow)
+	agentClient := &agent.Client{HTTP: httpClient, FirstByteTimeout: cfg.AgentFirstByteTimeout, IdleTimeout: cfg.AgentIdleTimeout}
+	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger})
+	if err := runs.Start(ctx); err != nil {
+		return fmt.Errorf("start run manager: %w", err)
+	}
+	var shuttingDown atomic.Bool
+	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Allow: allow, Logger: logger, Ready: func() bool { return !shuttingDown.Load() }}
+	ws := ingress.New(keys, runs, log, ingress.Options{MaxFrameBytes: cfg.MaxFrameBytes, Logger: logger})
+
+	mux := http.NewServeMux()
+	api.Routes(mux)
+	if cfg.Role != "orchestrator" {
+		mux.Handle("GET /v1/ws", ws)
+		ui := console.Handler()
+		mux.Handle("GET /{$}", ui)
+		mux.Handle("GET /static/", ui)
+	}
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
+	}
+	base := "http://" + ln.Addr().String()
+	// No WriteTimeout: it would cut SSE and WebSocket streams. Each stream
+	// bounds its own writes instead.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	prb := &prober{st: st, client: agentClient, interval: cfg.HealthInterval, log: logger}
+
+	for _, spec := range cfg.File.Agents {
+		resp, err := api.Register(ctx, &httpapi.RegisterRequest{AgentID: spec.AgentID, Name: spec.Name, Endpoint: spec.Endpoint, Capabilities: spec.Capabilities, LinkedAgents: spec.LinkedAgents})
+		if err != nil {
+			return fmt.Errorf("config file agent %s: %w", spec.AgentID, err)
+		}
+		if resp.AgentAPIKey != "" {
+			fmt.Fprintf(out, "registered agent %s from the config file; its key (shown once): %s\n", spec.AgentID, resp.AgentAPIKey)
+		}
+	}
+
+	var demoAgent *demo.Agent
+	if cfg.Demo {
+		demoAgent, err = demo.StartAgent()
+		if err != nil {
+			return err
+		}
+		defer demoAgent.Stop(context.Background())
+		// Registered through the public API, exactly as an external agent would be.
+		if err := registerOverHTTP(ctx, base, cfg.AdminKey, demo.AgentID, demoAgent.URL); err != nil {
+			return fmt.Errorf("register demo agent: %w", err)
+		}
+	}
+	prb.Start()
+	defer prb.Stop()
+
+	fmt.Fprintf(out, "agentplane listening on %s (store %s, role %s)\n", base, st.Dialect(), cfg.Role)
+	if cfg.AdminKeyGenerated {
+		fmt.Fprintf(out, "admin key (generated; set AGENTPLANE_ADMIN_KEY to keep one): %s\n", cfg.AdminKey)
+	}
+	if cfg.Demo {
+		fmt.Fprintf(out, "demo agent %q serving at %s\n", demo.AgentID, demoAgent.URL)
+		fmt.Fprintf(out, "demo user key: %s\n", demoKey)
+		fmt.Fprintf(out, "open the chat: %s/#user=demo&key=%s&agent=%s\n", base, demoKey, demo.AgentID)
+	}
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down", "grace", cfg.ShutdownGrace)
+	shuttingDown.Store(true)
+	grace, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	runs.Shutdown(grace)
+	cancel()
+	final, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ws.Shutdown(final)
+	if err := srv.Shutdown(final); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		logger.Warn("http shutdown", "err", err)
+	}
+	prb.Stop()
+	log.Stop()
+	fmt.Fprintln(out, "agentplane stopped")
+	return nil
+}

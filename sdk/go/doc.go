@@ -1,0 +1,18 @@
+// Package agentplane is the Go SDK for agents run by agentplane. It uses the
+// standard library only.
+//
+// An agent is an HTTP service. The platform calls POST /invoke once per run
+// and reads the answer as server-sent events (DESIGN §5); NewAgentHandler
+// turns a HandlerFunc into that service:
+//
+//	h := agentplane.NewAgentHandler(func(ctx context.Context, req *agentplane.Request, s agentplane.Stream) error {
+//		s.State("thinking", nil)
+//		return s.Delta("you said: " + req.InputMessage.Content)
+//	})
+//	http.ListenAndServe("127.0.0.1:9001", h)
+//
+// Inside a handler, req.Client() is a Client bound to the run (transcript,
+// context store, heartbeats), and req.OpenAIBaseURL, req.OpenAIAPIKey and
+// req.OpenAIHeaders configure any OpenAI-compatible SDK to send its calls
+// through the platform's LLM proxy.
+package agentplane

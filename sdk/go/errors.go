@@ -1,0 +1,38 @@
+package agentplane
+
+import "fmt"
+
+// CodeAgentException is the error code sent when a handler fails with an
+// error that is not an *Error (or panics). The Python SDK uses the same code,
+// so the platform sees one code for "the agent's own code failed".
+const CodeAgentException = "agent_exception"
+
+// Error is an error a handler returns to end the run with
+// `event: error {code, message}`. Code reaches the platform verbatim and
+// fails the run with it, so keep it stable and machine-readable. Wrapped
+// Errors (fmt.Errorf("…: %w", err)) are found with errors.As.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return e.Code
+	}
+	return e.Code + ": " + e.Message
+}
+
+// APIError is a platform call that got a non-2xx answer. Code and Message
+// come from the platform's {"error":{"code","message"}} body; a body without
+// that shape gets Code "http_<status>" and its text as Message. Transport
+// failures (no answer at all) are returned as ordinary wrapped errors.
+type APIError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("agentplane: %s (HTTP %d): %s", e.Code, e.Status, e.Message)
+}

@@ -1,0 +1,188 @@
+package agentplane
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Stream sends a run's events to the platform. Each event is written and
+// flushed before the method returns. Methods are safe for concurrent use.
+// Do not use a Stream after the HandlerFunc has returned: the terminal event
+// (done or error) is written by the SDK from the handler's return value.
+type Stream interface {
+	// Delta sends `event: delta {"text": text}`. An empty text is skipped.
+	Delta(text string) error
+	// State sends `event: state {"state": state, "detail": detail}`; a nil
+	// detail is sent as {}. detail must marshal as JSON.
+	State(state string, detail any) error
+	// SetUsage records the usage reported in the closing
+	// `event: done {"usage": usage}`; nil reports {}. It must marshal as JSON.
+	SetUsage(usage any)
+}
+
+// ErrStreamClosed is returned by Stream methods called after the handler
+// has returned.
+var ErrStreamClosed = errors.New("agentplane: stream closed")
+
+// keepAliveLine is an SSE comment: parsers ignore it, but it resets the
+// platform's idle timer while a handler is busy and silent.
+var keepAliveLine = []byte(": keep-alive\n\n")
+
+// sseStream writes events to an http.ResponseWriter. One mutex orders the
+// handler's writes and the keep-alive goroutine's.
+type sseStream struct {
+	ctx context.Context
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+
+	mu        sync.Mutex
+	closed    bool
+	err       error // first write error; every later call returns it
+	usage     any
+	lastWrite time.Time
+}
+
+func newSSEStream(ctx context.Context, w http.ResponseWriter) *sseStream {
+	return &sseStream{ctx: ctx, w: w, rc: http.NewResponseController(w), lastWrite: time.Now()}
+}
+
+type deltaData struct {
+	Text string `json:"text"`
+}
+
+type stateData struct {
+	State  string `json:"state"`
+	Detail any    `json:"detail"`
+}
+
+type doneData struct {
+	Usage any `json:"usage"`
+}
+
+type errorData struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Delta implements Stream.
+func (s *sseStream) Delta(text string) error {
+	if text == "" {
+		return nil // an empty delta tells the user nothing
+	}
+	return s.send("delta", deltaData{Text: text}, false)
+}
+
+// State implements Stream.
+func (s *sseStream) State(state string, detail any) error {
+	if detail == nil {
+		detail = struct{}{}
+	}
+	return s.send("state", stateData{State: state, Detail: detail}, false)
+}
+
+// SetUsage implements Stream.
+func (s *sseStream) SetUsage(usage any) {
+	s.mu.Lock()
+	s.usage = usage
+	s.mu.Unlock()
+}
+
+func (s *sseStream) getUsage() any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.usage == nil {
+		return struct{}{}
+	}
+	return s.usage
+}
+
+// send encodes and writes one event. terminal closes the stream to the
+// handler: later calls get ErrStreamClosed.
+func (s *sseStream) send(event string, data any, terminal bool) error {
+	payload, err := json.Marshal(data)
+	if err != nil {
+		return fmt.Errorf("agentplane: encode %s event: %w", event, err)
+	}
+	var b bytes.Buffer
+	b.Grow(len(event) + len(payload) + 16)
+	b.WriteString("event: ")
+	b.WriteString(event)
+	b.WriteString("\ndata: ")
+	b.Write(payload) // compact JSON has no raw newlines: one data line
+	b.WriteString("\n\n")
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrStreamClosed
+	}
+	if terminal {
+		s.closed = true
+	}
+	return s.writeLocked(b.Bytes())
+}
+
+func (s *sseStream) writeLocked(p []byte) error {
+	if s.err != nil {
+		return s.err
+	}
+	if err := s.ctx.Err(); err != nil {
+		// The platform closed the request (run cancelled): writing would
+		// only fail later and less clearly.
+		s.err = fmt.Errorf("agentplane: run cancelled: %w", err)
+		return s.err
+	}
+	if _, err := s.w.Write(p); err != nil {
+		s.err = fmt.Errorf("agentplane: write event: %w", err)
+		return s.err
+	}
+	// Flush every event: the platform shows deltas as they come, so a
+	// buffered one is a late one.
+	if err := s.rc.Flush(); err != nil {
+		s.err = fmt.Errorf("agentplane: flush event: %w", err)
+		return s.err
+	}
+	s.lastWrite = time.Now()
+	return nil
+}
+
+// close stops the stream without a terminal event (the client is gone).
+func (s *sseStream) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+}
+
+// keepAlive writes a comment whenever the stream has been silent for
+// interval, until stop is closed or the request ends.
+func (s *sseStream) keepAlive(interval time.Duration, stop <-chan struct{}) {
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		if s.closed || s.err != nil {
+			s.mu.Unlock()
+			return
+		}
+		next := interval - time.Since(s.lastWrite)
+		if next <= 0 {
+			_ = s.writeLocked(keepAliveLine) // a failure is kept in s.err for the handler to see
+			next = interval
+		}
+		s.mu.Unlock()
+		t.Reset(next)
+	}
+}

@@ -1,0 +1,270 @@
+"""Calls from an agent to the platform (DESIGN §6)."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Dict, Iterable, List, Mapping, Optional
+
+from .errors import APIError
+
+__all__ = ["Client", "register", "ENV_URL", "ENV_AGENT_KEY"]
+
+#: Environment variable naming the platform's base URL, e.g. ``http://127.0.0.1:8080``.
+ENV_URL = "AGENTPLANE_URL"
+#: Environment variable holding this agent's API key (issued by registration).
+ENV_AGENT_KEY = "AGENTPLANE_AGENT_KEY"
+
+_USER_AGENT = "agentplane-python/0.1"
+
+
+class Client:
+    """A client for the platform's agent-facing API.
+
+    Every call sends ``Authorization: Bearer <agent_api_key>`` plus
+    ``x-run-id`` and ``x-session-id`` when they are known, so the platform can
+    attribute the call to a run (it refuses run ids that are not this
+    agent's). Inside a handler use ``req.client``, which is already bound to
+    the run; build one yourself for calls outside a run (heartbeats).
+
+    ``base_url`` and ``agent_api_key`` default to the ``AGENTPLANE_URL`` and
+    ``AGENTPLANE_AGENT_KEY`` environment variables. Failed calls raise
+    :class:`agentplane.APIError`.
+    """
+
+    def __init__(
+        self,
+        base_url: Optional[str] = None,
+        agent_api_key: Optional[str] = None,
+        run_id: Optional[str] = None,
+        session_id: Optional[str] = None,
+        *,
+        agent_id: Optional[str] = None,
+        timeout: float = 30.0,
+    ) -> None:
+        base_url = base_url or os.environ.get(ENV_URL)
+        if not base_url:
+            raise ValueError(f"no platform URL: pass base_url or set {ENV_URL}")
+        self.base_url = base_url.rstrip("/")
+        self.agent_api_key = agent_api_key if agent_api_key is not None else os.environ.get(ENV_AGENT_KEY, "")
+        self.run_id = run_id or None
+        self.session_id = session_id or None
+        self.agent_id = agent_id or None
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        # Never print the key: reprs end up in logs and tracebacks.
+        return f"Client(base_url={self.base_url!r}, agent_id={self.agent_id!r}, run_id={self.run_id!r}, session_id={self.session_id!r})"
+
+    def bind(self, run_id: Optional[str] = None, session_id: Optional[str] = None, agent_id: Optional[str] = None) -> "Client":
+        """Return a copy of this client attributed to another run/session/agent."""
+        return Client(
+            self.base_url,
+            self.agent_api_key,
+            run_id if run_id is not None else self.run_id,
+            session_id if session_id is not None else self.session_id,
+            agent_id=agent_id if agent_id is not None else self.agent_id,
+            timeout=self.timeout,
+        )
+
+    # -- attribution -------------------------------------------------------
+
+    def headers(self) -> Dict[str, str]:
+        """The attribution headers (``x-run-id``, ``x-session-id``) this client sends."""
+        h: Dict[str, str] = {}
+        if self.run_id:
+            h["x-run-id"] = self.run_id
+        if self.session_id:
+            h["x-session-id"] = self.session_id
+        return h
+
+    def openai_kwargs(self) -> Dict[str, Any]:
+        """Keyword arguments for an OpenAI SDK client pointed at the LLM proxy.
+
+        ``OpenAI(**client.openai_kwargs())`` (or ``AsyncOpenAI``) sends every
+        LLM call through the platform, authenticated with the agent key and
+        attributed to this run.
+        """
+        return {
+            "base_url": self.base_url + "/v1",
+            "api_key": self.agent_api_key,
+            "default_headers": self.headers(),
+        }
+
+    # -- agent registry ----------------------------------------------------
+
+    def heartbeat(self, agent_id: Optional[str] = None) -> Dict[str, Any]:
+        """Tell the platform this agent is alive; returns ``{"ok": true}``."""
+        agent_id = agent_id or self.agent_id
+        if not agent_id:
+            raise ValueError("heartbeat needs an agent_id (pass it or bind the client to one)")
+        return self._call("POST", f"/v1/agents/{_seg(agent_id)}:heartbeat", body={})
+
+    # -- transcript --------------------------------------------------------
+
+    def messages(self, session_id: Optional[str] = None, limit: Optional[int] = None, before: Optional[str] = None) -> Dict[str, Any]:
+        """One page of a session's transcript.
+
+        Returns ``{"messages": [...], "next_before": ...}``: the newest
+        ``limit`` messages (older than the message id ``before`` when given),
+        oldest first within the page. Pass ``next_before`` back as
+        ``before`` for the page before this one.
+        ``session_id`` defaults to the bound session.
+        """
+        sid = self._session(session_id)
+        query: Dict[str, Any] = {}
+        if limit is not None:
+            query["limit"] = int(limit)
+        if before:
+            query["before"] = before
+        return self._call("GET", f"/v1/sessions/{_seg(sid)}/messages", query=query)
+
+    def transcript(self, session_id: Optional[str] = None, page_size: int = 100) -> List[Dict[str, Any]]:
+        """The whole transcript of a session, oldest first (pages through :meth:`messages`)."""
+        pages: List[List[Dict[str, Any]]] = []
+        before: Optional[str] = None
+        while True:
+            page = self.messages(session_id, limit=page_size, before=before)
+            msgs = page.get("messages") or []
+            pages.append(msgs)
+            nxt = page.get("next_before")
+            # Stop on an empty page or a cursor that does not move, so a
+            # misbehaving server cannot loop us forever.
+            if not msgs or not nxt or nxt == before:
+                break
+            before = nxt
+        out: List[Dict[str, Any]] = []
+        for msgs in reversed(pages):
+            out.extend(msgs)
+        return out
+
+    def append_message(self, role: str, content: str, session_id: Optional[str] = None) -> Dict[str, Any]:
+        """Append a message to a session's transcript; returns the stored message."""
+        sid = self._session(session_id)
+        return self._call("POST", f"/v1/sessions/{_seg(sid)}/messages", body={"role": role, "content": content})
+
+    # -- context store -----------------------------------------------------
+
+    def context_put(self, key: str, data: Any, if_version: Optional[int] = None) -> Dict[str, Any]:
+        """Store a new version of a context blob; returns ``{key, version, created_at}``.
+
+        With ``if_version`` the write succeeds only if the latest version is
+        that number (0: the key must not exist yet); otherwise the platform
+        answers 409 and this raises :class:`APIError` with ``status == 409``.
+        """
+        body: Dict[str, Any] = {"data": data}
+        if if_version is not None:
+            body["if_version"] = int(if_version)
+        return self._call("PUT", f"/v1/context/{_seg(key)}", body=body)
+
+    def context_get(self, key: str, version: Optional[int] = None) -> Dict[str, Any]:
+        """Read a context blob (latest version unless ``version`` is given); returns ``{key, version, data, created_at}``."""
+        query = {"version": int(version)} if version is not None else None
+        return self._call("GET", f"/v1/context/{_seg(key)}", query=query)
+
+    # -- plumbing ----------------------------------------------------------
+
+    def _session(self, session_id: Optional[str]) -> str:
+        sid = session_id or self.session_id
+        if not sid:
+            raise ValueError("no session_id: pass one or bind the client to a session")
+        return sid
+
+    def _call(self, method: str, path: str, *, body: Any = None, query: Optional[Mapping[str, Any]] = None) -> Any:
+        headers = self.headers()
+        if self.agent_api_key:
+            headers["Authorization"] = "Bearer " + self.agent_api_key
+        return _request(method, self.base_url + path, headers, body=body, query=query, timeout=self.timeout)
+
+
+def register(
+    base_url: Optional[str],
+    admin_key: str,
+    agent_id: str,
+    name: str,
+    endpoint: str,
+    capabilities: Iterable[str] = (),
+    linked_agents: Iterable[str] = (),
+    rotate_key: bool = False,
+    *,
+    timeout: float = 30.0,
+) -> Dict[str, Any]:
+    """Register (or update) an agent; returns ``{ok, agent_id, agent_api_key?}``.
+
+    Needs the platform's admin key. ``agent_api_key`` is present only on the
+    first registration of ``agent_id`` or when ``rotate_key`` is true: keep
+    it, the platform stores only a hash. ``base_url`` defaults to
+    ``AGENTPLANE_URL``.
+    """
+    base_url = base_url or os.environ.get(ENV_URL)
+    if not base_url:
+        raise ValueError(f"no platform URL: pass base_url or set {ENV_URL}")
+    body: Dict[str, Any] = {
+        "agent_id": agent_id,
+        "name": name,
+        "endpoint": endpoint,
+        "capabilities": list(capabilities),
+    }
+    linked = list(linked_agents)
+    if linked:
+        body["linked_agents"] = linked
+    if rotate_key:
+        body["rotate_key"] = True
+    return _request(
+        "POST",
+        base_url.rstrip("/") + "/v1/agents/register",
+        {"Authorization": "Bearer " + admin_key},
+        body=body,
+        timeout=timeout,
+    )
+
+
+def _seg(s: str) -> str:
+    """Escape one path segment (ids and context keys may hold '/', ':' or spaces)."""
+    return urllib.parse.quote(str(s), safe="")
+
+
+def _request(
+    method: str,
+    url: str,
+    headers: Dict[str, str],
+    *,
+    body: Any = None,
+    query: Optional[Mapping[str, Any]] = None,
+    timeout: float,
+) -> Any:
+    if query:
+        url += "?" + urllib.parse.urlencode(query)
+    data = None
+    hdrs = {"Accept": "application/json", "User-Agent": _USER_AGENT, **headers}
+    if body is not None:
+        data = json.dumps(body, separators=(",", ":")).encode("utf-8")
+        hdrs["Content-Type"] = "application/json"
+    req = urllib.request.Request(url, data=data, headers=hdrs, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            status = resp.status
+            raw = resp.read()
+    except urllib.error.HTTPError as e:
+        raise _api_error(e.code, e.read()) from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise APIError("connection_error", f"{method} {url}: {reason}") from e
+    if not raw:
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise APIError("bad_response", f"{method} {url}: response is not JSON: {e}", status, raw) from None
+
+
+def _api_error(status: int, raw: bytes) -> APIError:
+    try:
+        err = json.loads(raw)["error"]
+        return APIError(str(err["code"]), str(err.get("message", "")), status, raw)
+    except (ValueError, KeyError, TypeError):
+        text = raw.decode("utf-8", "replace").strip()[:500]
+        return APIError(f"http_{status}", text, status, raw)

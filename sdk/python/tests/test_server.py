@@ -1,0 +1,432 @@
+"""The agent server, exercised over real HTTP connections."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.client
+import json
+import os
+import threading
+import time
+import unittest
+from typing import Any, List
+from unittest import mock
+
+import agentplane
+
+from ._support import FakePlatform, events, invoke, iter_sse
+
+WAIT = 5.0  # generous bound for "eventually"; tests normally finish far sooner
+
+
+class ServerTest(unittest.TestCase):
+    def setUp(self) -> None:
+        # The server reads AGENTPLANE_URL/AGENTPLANE_AGENT_KEY; keep the
+        # developer's shell out of the tests.
+        patcher = mock.patch.dict(os.environ, {}, clear=False)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        os.environ.pop(agentplane.ENV_URL, None)
+        os.environ.pop(agentplane.ENV_AGENT_KEY, None)
+
+    def start(self, handler: Any, **kwargs: Any) -> agentplane.AgentServer:
+        server = agentplane.AgentServer(handler, port=0, **kwargs).start()
+        self.addCleanup(server.stop)
+        return server
+
+    # -- routes ------------------------------------------------------------
+
+    def test_health_and_routes(self) -> None:
+        server = self.start(lambda req: "x")
+        self.assertNotEqual(server.port, 0)
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        self.addCleanup(conn.close)
+
+        conn.request("GET", "/health")
+        resp = conn.getresponse()
+        self.assertEqual(resp.status, 200)
+        self.assertEqual(json.loads(resp.read()), {"ok": True})
+
+        conn.request("GET", "/nope")
+        resp = conn.getresponse()
+        self.assertEqual(resp.status, 404)
+        self.assertEqual(json.loads(resp.read())["error"]["code"], "not_found")
+
+        conn.request("GET", "/invoke")
+        resp = conn.getresponse()
+        self.assertEqual(resp.status, 405)
+        self.assertEqual(json.loads(resp.read())["error"]["code"], "method_not_allowed")
+
+    def test_bad_body(self) -> None:
+        server = self.start(lambda req: "x")
+        for body in (b"{not json", b"[1, 2]"):
+            with self.subTest(body=body):
+                conn, resp = invoke(server.port, body)
+                self.assertEqual(resp.status, 400)
+                self.assertEqual(json.loads(resp.read())["error"]["code"], "bad_request")
+                conn.close()
+
+    def test_body_too_large(self) -> None:
+        server = self.start(lambda req: "x", max_body_bytes=100)
+        conn, resp = invoke(server.port, {"input_message": {"role": "user", "content": "x" * 200}})
+        self.assertEqual(resp.status, 413)
+        self.assertEqual(json.loads(resp.read())["error"]["code"], "payload_too_large")
+        conn.close()
+
+    # -- handler results ---------------------------------------------------
+
+    def test_str_result(self) -> None:
+        server = self.start(lambda req: "hello " + req.input_message["content"])
+        self.assertEqual(events(server.port), [("delta", {"text": "hello hi"}), ("done", {"usage": {}})])
+
+    def test_none_result(self) -> None:
+        server = self.start(lambda req: None)
+        self.assertEqual(events(server.port), [("done", {"usage": {}})])
+
+    def test_generator_states_deltas_usage_in_order(self) -> None:
+        def handler(req: agentplane.Request) -> Any:
+            yield agentplane.State("thinking", {"step": 1})
+            yield "a"
+            yield ""  # dropped: an empty delta says nothing
+            yield agentplane.State("writing")
+            yield "b"
+            req.usage = {"prompt_tokens": 3, "completion_tokens": 2}
+
+        server = self.start(handler)
+        self.assertEqual(
+            events(server.port),
+            [
+                ("state", {"state": "thinking", "detail": {"step": 1}}),
+                ("delta", {"text": "a"}),
+                ("state", {"state": "writing", "detail": {}}),
+                ("delta", {"text": "b"}),
+                ("done", {"usage": {"prompt_tokens": 3, "completion_tokens": 2}}),
+            ],
+        )
+
+    def test_iterable_result_and_unicode(self) -> None:
+        server = self.start(lambda req: ["héllo ", "wörld\n", "✓"])
+        self.assertEqual(
+            events(server.port),
+            [("delta", {"text": "héllo "}), ("delta", {"text": "wörld\n"}), ("delta", {"text": "✓"}), ("done", {"usage": {}})],
+        )
+
+    def test_request_fields(self) -> None:
+        seen: List[agentplane.Request] = []
+
+        def handler(req: agentplane.Request) -> str:
+            seen.append(req)
+            return "ok"
+
+        server = self.start(handler)
+        body = {
+            "agent_id": "echo",
+            "session_id": "ses_9",
+            "run_id": "run_9",
+            "parent_run_id": "run_8",
+            "input_message": {"role": "user", "content": "hi"},
+            "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
+            "context": {"user_id": "u9", "locale": "en"},
+        }
+        tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        events(server.port, body, {"traceparent": tp, "X-Custom": "yes"})
+        req = seen[0]
+        self.assertEqual((req.agent_id, req.session_id, req.run_id, req.parent_run_id), ("echo", "ses_9", "run_9", "run_8"))
+        self.assertEqual(req.user_id, "u9")
+        self.assertEqual(req.context, {"user_id": "u9", "locale": "en"})
+        self.assertEqual(req.traceparent, tp)
+        self.assertEqual(req.headers["x-custom"], "yes")
+        self.assertEqual(req.input_message, {"role": "user", "content": "hi"})
+        self.assertEqual(req.messages, body["messages"])
+        self.assertIsNone(req.client, "no platform URL configured, so no client")
+        self.assertFalse(req.cancelled)
+        with self.assertRaises(RuntimeError):
+            req.openai_kwargs()
+
+    # -- errors ------------------------------------------------------------
+
+    def test_agent_error_after_delta(self) -> None:
+        def handler(req: agentplane.Request) -> Any:
+            yield "partial"
+            raise agentplane.AgentError("bad_input", "no thanks")
+
+        server = self.start(handler)
+        self.assertEqual(
+            events(server.port),
+            [("delta", {"text": "partial"}), ("error", {"code": "bad_input", "message": "no thanks"})],
+        )
+
+    def test_exception_becomes_agent_exception(self) -> None:
+        def handler(req: agentplane.Request) -> str:
+            raise ValueError("boom")
+
+        server = self.start(handler)
+        with self.assertLogs("agentplane", "ERROR"):
+            evs = events(server.port)
+        self.assertEqual(len(evs), 1)
+        self.assertEqual(evs[0][0], "error")
+        self.assertEqual(evs[0][1]["code"], agentplane.CODE_AGENT_EXCEPTION)
+        self.assertIn("ValueError: boom", evs[0][1]["message"])
+
+    def test_bad_yield_and_bad_usage(self) -> None:
+        def bad_yield(req: agentplane.Request) -> Any:
+            yield "ok"
+            yield 42
+
+        def bad_usage(req: agentplane.Request) -> str:
+            req.usage = {"when": object()}
+            return "ok"
+
+        for handler in (bad_yield, bad_usage):
+            with self.subTest(handler=handler.__name__):
+                server = self.start(handler)
+                with self.assertLogs("agentplane", "ERROR") if handler is bad_yield else contextlib.nullcontext():
+                    evs = events(server.port)
+                self.assertEqual(evs[0], ("delta", {"text": "ok"}))
+                self.assertEqual(evs[-1][0], "error")
+                self.assertEqual(evs[-1][1]["code"], agentplane.CODE_AGENT_EXCEPTION)
+                self.assertEqual(len(evs), 2, "exactly one terminal event")
+
+    # -- streaming behaviour ---------------------------------------------
+
+    def test_each_event_is_flushed_before_the_next_is_produced(self) -> None:
+        # The generator cannot produce its second delta until the test has
+        # read the first one off the socket: without per-event flushing this
+        # would time out.
+        release = threading.Event()
+        released_in_time: List[bool] = []
+
+        def handler(req: agentplane.Request) -> Any:
+            yield "first"
+            released_in_time.append(release.wait(WAIT))
+            yield "second"
+
+        server = self.start(handler)
+        conn, resp = invoke(server.port)
+        self.addCleanup(conn.close)
+        stream = iter_sse(resp)
+        self.assertEqual(next(stream), ("delta", {"text": "first"}))
+        release.set()
+        self.assertEqual(next(stream), ("delta", {"text": "second"}))
+        self.assertEqual(next(stream), ("done", {"usage": {}}))
+        self.assertEqual(released_in_time, [True])
+
+    def test_keepalive_while_silent(self) -> None:
+        def handler(req: agentplane.Request) -> Any:
+            yield "a"
+            time.sleep(0.3)
+            yield "b"
+
+        server = self.start(handler, keepalive_interval=0.05)
+        evs = events(server.port, comments=True)
+        self.assertIn(("", ": keep-alive"), evs)
+        self.assertEqual([e for e in evs if e[0]], [("delta", {"text": "a"}), ("delta", {"text": "b"}), ("done", {"usage": {}})])
+
+    def test_connection_is_reused(self) -> None:
+        server = self.start(lambda req: "x")
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        self.addCleanup(conn.close)
+        for _ in range(3):
+            conn.request("POST", "/invoke", b"{}", {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            self.assertEqual([e for e in iter_sse(resp)], [("delta", {"text": "x"}), ("done", {"usage": {}})])
+
+    def test_small_events_are_not_delayed(self) -> None:
+        # Nagle's algorithm holds a small write until the previous one is
+        # ACKed, and clients delay ACKs by up to 40 ms: on a reused
+        # connection every run then took 40 ms more per burst of events.
+        def handler(req: agentplane.Request) -> Any:
+            yield agentplane.State("s")
+            time.sleep(0.001)
+            yield "x"
+            time.sleep(0.001)
+            yield "y"
+
+        server = self.start(handler)
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        self.addCleanup(conn.close)
+        started = time.monotonic()
+        for _ in range(10):
+            conn.request("POST", "/invoke", b"{}", {"Content-Type": "application/json"})
+            self.assertEqual(len(list(iter_sse(conn.getresponse()))), 4)
+        self.assertLess(time.monotonic() - started, 0.2, "10 runs of 3 small events should take a few ms each")
+
+    def test_chunked_request_body(self) -> None:
+        server = self.start(lambda req: req.input_message["content"])
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        self.addCleanup(conn.close)
+        parts = [b'{"input_message": ', b'{"role": "user", "content": "chunky"}}']
+        conn.request("POST", "/invoke", iter(parts), {"Content-Type": "application/json"}, encode_chunked=True)
+        self.assertEqual(list(iter_sse(conn.getresponse())), [("delta", {"text": "chunky"}), ("done", {"usage": {}})])
+
+    # -- cancellation ------------------------------------------------------
+
+    def _disconnect_after_first_delta(self, server: agentplane.AgentServer) -> None:
+        conn, resp = invoke(server.port)
+        self.assertEqual(next(iter_sse(resp)), ("delta", {"text": "first"}))
+        conn.close()
+        resp.close()
+
+    def test_disconnect_closes_a_yielding_generator(self) -> None:
+        finished = threading.Event()
+        reqs: List[agentplane.Request] = []
+        ticks: List[int] = []
+
+        def gen(req: agentplane.Request) -> Any:
+            try:
+                yield "first"
+                while True:
+                    time.sleep(0.01)
+                    ticks.append(1)
+                    yield "tick"
+            finally:
+                finished.set()
+
+        held: List[Any] = []
+
+        def handler(req: agentplane.Request) -> Any:
+            reqs.append(req)
+            # Holding a reference keeps CPython's refcounting from closing
+            # the generator for us: the server itself must close it.
+            held.append(gen(req))
+            return held[-1]
+
+        server = self.start(handler)
+        self._disconnect_after_first_delta(server)
+        self.assertTrue(finished.wait(WAIT), "generator's finally did not run after the client left")
+        self.assertTrue(reqs[0].cancelled)
+        n = len(ticks)
+        time.sleep(0.05)
+        self.assertEqual(len(ticks), n, "generator kept running after it was closed")
+
+    def test_disconnect_wakes_a_blocked_handler(self) -> None:
+        finished = threading.Event()
+        woke: List[bool] = []
+
+        def handler(req: agentplane.Request) -> Any:
+            try:
+                yield "first"
+                # Silent for long: no write will fail, so only watching the
+                # socket can notice the disconnect.
+                woke.append(req.wait_cancelled(30))
+                if req.cancelled:
+                    return
+                yield "never"
+            finally:
+                finished.set()
+
+        server = self.start(handler)
+        self._disconnect_after_first_delta(server)
+        self.assertTrue(finished.wait(WAIT), "handler was not woken by the disconnect")
+        self.assertEqual(woke, [True])
+
+    def test_stop_cancels_inflight_runs(self) -> None:
+        started, finished = threading.Event(), threading.Event()
+
+        def handler(req: agentplane.Request) -> Any:
+            try:
+                yield "first"
+                started.set()
+                req.wait_cancelled(30)
+            finally:
+                finished.set()
+
+        server = agentplane.AgentServer(handler).start()
+        conn, resp = invoke(server.port)
+        self.addCleanup(conn.close)
+        self.assertTrue(started.wait(WAIT))
+        server.stop()
+        server.stop()  # idempotent
+        self.assertTrue(finished.wait(WAIT))
+
+    # -- async handlers ----------------------------------------------------
+
+    def test_async_handlers(self) -> None:
+        async def coro(req: agentplane.Request) -> str:
+            await asyncio.sleep(0)
+            req.usage = {"n": 1}
+            return "from coroutine"
+
+        async def agen(req: agentplane.Request) -> Any:
+            yield agentplane.State("thinking")
+            await asyncio.sleep(0)
+            yield "from async generator"
+
+        async def failing(req: agentplane.Request) -> Any:
+            yield "x"
+            raise agentplane.AgentError("nope", "async failure")
+
+        cases = [
+            (coro, [("delta", {"text": "from coroutine"}), ("done", {"usage": {"n": 1}})]),
+            (agen, [("state", {"state": "thinking", "detail": {}}), ("delta", {"text": "from async generator"}), ("done", {"usage": {}})]),
+            (failing, [("delta", {"text": "x"}), ("error", {"code": "nope", "message": "async failure"})]),
+        ]
+        for handler, want in cases:
+            with self.subTest(handler=handler.__name__):
+                server = self.start(handler)
+                self.assertEqual(events(server.port), want)
+
+    def test_disconnect_cancels_async_handler(self) -> None:
+        finished = threading.Event()
+        outcome: List[str] = []
+
+        async def handler(req: agentplane.Request) -> Any:
+            try:
+                yield "first"
+                await asyncio.sleep(30)
+                outcome.append("slept")
+            except asyncio.CancelledError:
+                outcome.append("cancelled")
+                raise
+            finally:
+                finished.set()
+
+        server = self.start(handler)
+        self._disconnect_after_first_delta(server)
+        self.assertTrue(finished.wait(WAIT), "async generator was not cancelled")
+        self.assertEqual(outcome, ["cancelled"])
+
+    # -- platform client inside a handler ---------------------------------
+
+    def test_bound_client_and_openai_kwargs(self) -> None:
+        platform = FakePlatform(
+            {
+                "POST /v1/sessions/ses_1/messages": lambda r: (200, {"message_id": "msg_1", "session_id": "ses_1", "run_id": "run_1", **r.body, "created_at": 1}),
+            }
+        )
+        self.addCleanup(platform.close)
+        kwargs: List[Any] = []
+
+        def handler(req: agentplane.Request) -> str:
+            assert req.client is not None
+            stored = req.client.append_message("assistant", "noted")
+            kwargs.append(req.openai_kwargs())
+            return stored["message_id"]
+
+        server = self.start(handler, platform_url=platform.url + "/", agent_api_key="ak_1")
+        self.assertEqual(events(server.port), [("delta", {"text": "msg_1"}), ("done", {"usage": {}})])
+        rec = platform.requests[0]
+        self.assertEqual(rec.headers["Authorization"], "Bearer ak_1")
+        self.assertEqual(rec.headers["x-run-id"], "run_1")
+        self.assertEqual(rec.headers["x-session-id"], "ses_1")
+        self.assertEqual(rec.body, {"role": "assistant", "content": "noted"})
+        self.assertEqual(
+            kwargs[0],
+            {"base_url": platform.url + "/v1", "api_key": "ak_1", "default_headers": {"x-run-id": "run_1", "x-session-id": "ses_1"}},
+        )
+
+    def test_platform_config_from_env(self) -> None:
+        os.environ[agentplane.ENV_URL] = "http://platform.invalid:8080"
+        os.environ[agentplane.ENV_AGENT_KEY] = "ak_env"
+        seen: List[agentplane.Request] = []
+        server = self.start(lambda req: seen.append(req))
+        events(server.port)
+        client = seen[0].client
+        assert client is not None
+        self.assertEqual((client.base_url, client.agent_api_key, client.run_id, client.session_id, client.agent_id),
+                         ("http://platform.invalid:8080", "ak_env", "run_1", "ses_1", "echo"))
+
+
+if __name__ == "__main__":
+    unittest.main()
