@@ -1,0 +1,114 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestKilledServerFailsItsRunsOnRestart(t *testing.T) {
+	eachStore(t, func(t *testing.T, dsn string) {
+		s := startServer(t, dsn)
+		ag := newScriptedAgent(t, modeStreamForever, 0)
+		s.register("forever", ag.URL)
+		c := dial(t, s, "alice", "alice-key")
+		c.send(map[string]any{"type": "agent_invoke", "request_id": "r1", "agent_id": "forever", "message": map[string]any{"role": "user", "content": "go"}})
+		started := c.next()
+		var last map[string]any
+		for deltas := 0; deltas < 3; {
+			last = c.next()
+			if last["type"] == "delta" {
+				deltas++
+			}
+		}
+		s.kill() // no chance to clean up
+		s.restart()
+
+		c2 := dial(t, s, "alice", "alice-key")
+		c2.send(map[string]any{"type": "subscribe", "session_id": started["session_id"], "after_seq": seqOf(last)})
+		msgs := c2.untilEnd()
+		end := msgs[len(msgs)-1]
+		if end["type"] != "error" || end["code"] != "platform_restarted" || end["run_id"] != started["run_id"] {
+			t.Fatalf("resume after restart ended with %v", end)
+		}
+		code, run := s.call("GET", "/v1/runs/"+started["run_id"].(string), adminKey, nil)
+		if code != 200 || run["status"] != "FAILED" {
+			t.Fatalf("run after restart: %v", run)
+		}
+		// The session is usable again.
+		c2.send(map[string]any{"type": "agent_invoke", "request_id": "r2", "session_id": started["session_id"], "agent_id": "forever", "message": map[string]any{"role": "user", "content": "again"}})
+		if m := c2.next(); m["type"] != "run_started" {
+			t.Fatalf("new run after restart: %v", m)
+		}
+	})
+}
+
+func TestGracefulShutdown(t *testing.T) {
+	eachStore(t, func(t *testing.T, dsn string) {
+		t.Run("in-flight run finishes", func(t *testing.T) {
+			s := startServer(t, dsn, "--shutdown-grace", "20s")
+			ag := newScriptedAgent(t, modeStream, 20) // ~1 s of deltas
+			s.register("short", ag.URL)
+			c := dial(t, s, "alice", "alice-key")
+			c.send(map[string]any{"type": "agent_invoke", "request_id": "r1", "agent_id": "short", "message": map[string]any{"role": "user", "content": "go"}})
+			started := c.next()
+			s.stop()
+			s.restart()
+			code, run := s.call("GET", "/v1/runs/"+started["run_id"].(string), adminKey, nil)
+			if code != 200 || run["status"] != "DONE" {
+				t.Fatalf("run after graceful stop: %v\n%s", run, s.output())
+			}
+			evs := s.events("/v1/runs/" + started["run_id"].(string) + "/events")
+			deltas := 0
+			for _, e := range evs {
+				if e["type"] == "agent_stream_delta" {
+					deltas++
+				}
+			}
+			if deltas != 20 || evs[len(evs)-1]["type"] != "run_done" {
+				t.Fatalf("%d deltas, last event %v", deltas, evs[len(evs)-1]["type"])
+			}
+		})
+		t.Run("run past the grace period fails with a reason", func(t *testing.T) {
+			s := startServer(t, dsn, "--shutdown-grace", "300ms")
+			ag := newScriptedAgent(t, modeStreamForever, 0)
+			s.register("forever", ag.URL)
+			c := dial(t, s, "alice", "alice-key")
+			c.send(map[string]any{"type": "agent_invoke", "request_id": "r1", "agent_id": "forever", "message": map[string]any{"role": "user", "content": "go"}})
+			started := c.next()
+			for deltas := 0; deltas < 2; {
+				if c.next()["type"] == "delta" {
+					deltas++
+				}
+			}
+			stopped := time.Now()
+			s.stop()
+			if d := time.Since(stopped); d > 10*time.Second {
+				t.Fatalf("shutdown took %v", d)
+			}
+			// The connected client saw the failure before the socket closed.
+			sawFailure := false
+			for {
+				m, err := c.read(5 * time.Second)
+				if err != nil {
+					break
+				}
+				if m["type"] == "error" && m["code"] == "platform_shutdown" {
+					sawFailure = true
+				}
+			}
+			if !sawFailure {
+				t.Errorf("client did not receive the platform_shutdown failure before close")
+			}
+			s.restart()
+			code, run := s.call("GET", "/v1/runs/"+started["run_id"].(string), adminKey, nil)
+			errObj, _ := run["error"].(map[string]any)
+			if code != 200 || run["status"] != "FAILED" || errObj["code"] != "platform_shutdown" {
+				t.Fatalf("run after shutdown: %v", run)
+			}
+			if !strings.Contains(s.output(), "agentplane stopped") {
+				t.Fatalf("no clean stop in output:\n%s", s.output())
+			}
+		})
+	})
+}
