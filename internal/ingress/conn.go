@@ -110,23 +110,23 @@ func (c *conn) user() string {
 
 // hello authenticates; a bad or missing hello is answered and closed.
 func (c *conn) hello(data []byte) bool {
-	var m inbound
-	if err := json.Unmarshal(data, &m); err != nil || m.Type != "hello" {
-		c.send(errorReply(m.RequestID, "unauthorized", "the first message must be hello {user_id, api_key}"))
+	userID, key, requestID, ok := decodeHello(data)
+	if !ok {
+		c.send(errorReply(requestID, "unauthorized", "the first message must be hello {user_id, api_key}"))
 		c.closeWith(websocket.ClosePolicyViolation, "hello required")
 		return false
 	}
-	if m.UserID == "" || !c.s.keys.UserByKey(m.UserID, m.APIKey) {
-		c.send(errorReply(m.RequestID, "unauthorized", "unknown user_id or api_key"))
+	if !c.s.keys.UserByKey(userID, key) {
+		c.send(errorReply(requestID, "unauthorized", "unknown user_id or api_key"))
 		c.closeWith(websocket.ClosePolicyViolation, "unauthorized")
 		return false
 	}
 	c.mu.Lock()
-	c.userID = m.UserID
+	c.userID = userID
 	c.mu.Unlock()
-	c.log = c.log.With("user_id", m.UserID)
+	c.log = c.log.With("user_id", userID)
 	c.ws.SetReadDeadline(time.Now().Add(c.s.opts.PongWait))
-	c.send(&reply{Type: "ready", TS: time.Now().UnixMilli(), RequestID: m.RequestID, UserID: m.UserID})
+	c.send(&reply{Type: "ready", TS: nowMS(), RequestID: requestID, UserID: userID})
 	return true
 }
 

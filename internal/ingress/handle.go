@@ -2,7 +2,6 @@ package ingress
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
@@ -16,38 +15,24 @@ import (
 // commandTimeout bounds one client command's work against the orchestrator.
 const commandTimeout = 15 * time.Second
 
-// handle dispatches one message. Every failure is an error reply with the
+// handle runs one message. Every failure is an error reply with the
 // offending request_id; the connection stays open.
 func (c *conn) handle(data []byte) {
-	var m inbound
-	if err := json.Unmarshal(data, &m); err != nil {
-		c.send(errorReply("", "invalid_json", "message is not a JSON object: "+err.Error()))
+	cmd, bad := decodeCommand(data)
+	if bad != nil {
+		c.send(bad)
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, commandTimeout)
 	defer cancel()
-	switch m.Type {
+	switch cmd.Type {
 	case "agent_invoke":
-		c.invoke(ctx, &m)
+		c.invoke(ctx, cmd)
 	case "subscribe":
-		c.subscribe(ctx, &m)
+		c.subscribe(ctx, cmd)
 	case "cancel_run":
-		c.cancelRun(ctx, &m)
-	case "hello":
-		c.send(errorReply(m.RequestID, "invalid_message", "already authenticated"))
-	case "":
-		c.send(errorReply(m.RequestID, "invalid_message", "message has no type"))
-	default:
-		c.send(errorReply(m.RequestID, "unknown_type", "unknown message type "+quote(m.Type)))
+		c.cancelRun(ctx, cmd)
 	}
-}
-
-func quote(s string) string {
-	if len(s) > 64 {
-		s = s[:64] + "…"
-	}
-	b, _ := json.Marshal(s)
-	return string(b)
 }
 
 func (c *conn) fail(requestID string, err error) {
@@ -60,37 +45,13 @@ func (c *conn) fail(requestID string, err error) {
 	c.send(errorReply(requestID, "internal", "internal error"))
 }
 
-func (c *conn) invoke(ctx context.Context, m *inbound) {
-	if m.AgentID == "" {
-		c.send(errorReply(m.RequestID, "invalid_message", "agent_invoke needs agent_id"))
-		return
-	}
-	var msg struct {
-		Role    string `json:"role"`
-		Content any    `json:"content"`
-	}
-	if len(m.Message) == 0 || json.Unmarshal(m.Message, &msg) != nil {
-		c.send(errorReply(m.RequestID, "invalid_message", "agent_invoke needs message {role, content}"))
-		return
-	}
-	content, ok := msg.Content.(string)
-	if !ok || content == "" {
-		c.send(errorReply(m.RequestID, "invalid_message", "message.content must be a non-empty string"))
-		return
-	}
-	if msg.Role == "" {
-		msg.Role = "user"
-	}
-	if msg.Role != "user" {
-		c.send(errorReply(m.RequestID, "invalid_message", "message.role must be \"user\""))
-		return
-	}
+func (c *conn) invoke(ctx context.Context, cmd *command) {
 	started, err := c.s.runs.StartRun(ctx, run.StartParams{
-		UserID: c.user(), SessionID: m.SessionID, AgentID: m.AgentID, RequestID: m.RequestID,
-		Message: agent.Message{Role: msg.Role, Content: content},
+		UserID: c.user(), SessionID: cmd.SessionID, AgentID: cmd.AgentID, RequestID: cmd.RequestID,
+		Message: agent.Message{Role: "user", Content: cmd.Content},
 	})
 	if err != nil {
-		c.fail(m.RequestID, err)
+		c.fail(cmd.RequestID, err)
 		return
 	}
 	// Follow the session from just before this run's first event, so the
@@ -98,31 +59,23 @@ func (c *conn) invoke(ctx context.Context, m *inbound) {
 	c.followSession(started.Run.SessionID, started.Events[0].Seq-1, false)
 }
 
-func (c *conn) subscribe(ctx context.Context, m *inbound) {
-	if m.SessionID == "" || m.AfterSeq == nil || *m.AfterSeq < 0 {
-		c.send(errorReply(m.RequestID, "invalid_message", "subscribe needs session_id and after_seq >= 0"))
-		return
-	}
-	sess, err := c.s.st.SessionGet(ctx, m.SessionID)
+func (c *conn) subscribe(ctx context.Context, cmd *command) {
+	sess, err := c.s.st.SessionGet(ctx, cmd.SessionID)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && sess.UserID != c.user()) {
 		// Another user's session is indistinguishable from none.
-		c.send(errorReply(m.RequestID, "session_not_found", "no such session"))
+		c.send(errorReply(cmd.RequestID, "session_not_found", "no such session"))
 		return
 	}
 	if err != nil {
-		c.fail(m.RequestID, err)
+		c.fail(cmd.RequestID, err)
 		return
 	}
-	c.followSession(m.SessionID, *m.AfterSeq, true)
+	c.followSession(cmd.SessionID, cmd.AfterSeq, true)
 }
 
-func (c *conn) cancelRun(ctx context.Context, m *inbound) {
-	if m.RunID == "" {
-		c.send(errorReply(m.RequestID, "invalid_message", "cancel_run needs run_id"))
-		return
-	}
-	if _, err := c.s.runs.Cancel(ctx, run.CancelParams{RunID: m.RunID, UserID: c.user(), Reason: m.Reason}); err != nil {
-		c.fail(m.RequestID, err)
+func (c *conn) cancelRun(ctx context.Context, cmd *command) {
+	if _, err := c.s.runs.Cancel(ctx, run.CancelParams{RunID: cmd.RunID, UserID: c.user(), Reason: cmd.Reason}); err != nil {
+		c.fail(cmd.RequestID, err)
 	}
 }
 

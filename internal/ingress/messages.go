@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
-	"time"
 
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/store"
@@ -34,20 +33,20 @@ func ClientMessage(e *store.Event) []byte {
 	}
 	b := make([]byte, 0, 160+len(e.Payload))
 	b = append(b, `{"type":`...)
-	b = strconv.AppendQuote(b, typ)
+	b = appendJSONString(b, typ)
 	b = append(b, `,"session_id":`...)
-	b = strconv.AppendQuote(b, e.SessionID)
+	b = appendJSONString(b, e.SessionID)
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendInt(b, e.Seq, 10)
 	b = append(b, `,"event_id":`...)
-	b = strconv.AppendQuote(b, e.EventID)
+	b = appendJSONString(b, e.EventID)
 	b = append(b, `,"ts":`...)
 	b = strconv.AppendInt(b, e.TS, 10)
 	b = append(b, `,"run_id":`...)
-	b = strconv.AppendQuote(b, e.RunID)
+	b = appendJSONString(b, e.RunID)
 	if e.ParentRunID != "" {
 		b = append(b, `,"parent_run_id":`...)
-		b = strconv.AppendQuote(b, e.ParentRunID)
+		b = appendJSONString(b, e.ParentRunID)
 	}
 	p := bytes.TrimSpace(e.Payload)
 	if len(p) > 2 && p[0] == '{' {
@@ -58,6 +57,21 @@ func ClientMessage(e *store.Event) []byte {
 		}
 	}
 	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string. Ids are plain ASCII, so the
+// fast path copies; anything else goes through encoding/json, which
+// escapes correctly where strconv's Go quoting would not (e.g. "\xd3").
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // inbound is every field any client message may carry; Type picks which
@@ -89,5 +103,5 @@ type reply struct {
 }
 
 func errorReply(requestID, code, message string) *reply {
-	return &reply{Type: "error", TS: time.Now().UnixMilli(), RequestID: requestID, Code: code, Message: message}
+	return &reply{Type: "error", TS: nowMS(), RequestID: requestID, Code: code, Message: message}
 }

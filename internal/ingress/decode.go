@@ -1,0 +1,87 @@
+package ingress
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// command is a validated client message after hello.
+type command struct {
+	Type      string
+	RequestID string
+	SessionID string
+	AgentID   string
+	Content   string // agent_invoke
+	AfterSeq  int64  // subscribe
+	RunID     string // cancel_run
+	Reason    string // cancel_run
+}
+
+// decodeCommand parses and validates one client message. It is pure (no
+// I/O), so it can be fuzzed: any input yields either a command or an error
+// reply with a code, never a panic.
+func decodeCommand(data []byte) (*command, *reply) {
+	var m inbound
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, errorReply("", "invalid_json", "message is not a JSON object: "+err.Error())
+	}
+	c := &command{Type: m.Type, RequestID: m.RequestID, SessionID: m.SessionID, AgentID: m.AgentID, RunID: m.RunID, Reason: m.Reason}
+	bad := func(msg string) (*command, *reply) { return nil, errorReply(m.RequestID, "invalid_message", msg) }
+	switch m.Type {
+	case "agent_invoke":
+		if m.AgentID == "" {
+			return bad("agent_invoke needs agent_id")
+		}
+		var msg struct {
+			Role    string `json:"role"`
+			Content any    `json:"content"`
+		}
+		if len(m.Message) == 0 || json.Unmarshal(m.Message, &msg) != nil {
+			return bad("agent_invoke needs message {role, content}")
+		}
+		content, ok := msg.Content.(string)
+		if !ok || content == "" {
+			return bad("message.content must be a non-empty string")
+		}
+		if msg.Role != "" && msg.Role != "user" {
+			return bad(`message.role must be "user"`)
+		}
+		c.Content = content
+	case "subscribe":
+		if m.SessionID == "" || m.AfterSeq == nil || *m.AfterSeq < 0 {
+			return bad("subscribe needs session_id and after_seq >= 0")
+		}
+		c.AfterSeq = *m.AfterSeq
+	case "cancel_run":
+		if m.RunID == "" {
+			return bad("cancel_run needs run_id")
+		}
+	case "hello":
+		return bad("already authenticated")
+	case "":
+		return bad("message has no type")
+	default:
+		return nil, errorReply(m.RequestID, "unknown_type", "unknown message type "+quote(m.Type))
+	}
+	return c, nil
+}
+
+// decodeHello parses the first message; ok is false unless it is a hello
+// with a user id.
+func decodeHello(data []byte) (userID, apiKey, requestID string, ok bool) {
+	var m inbound
+	if err := json.Unmarshal(data, &m); err != nil || m.Type != "hello" || m.UserID == "" {
+		return "", "", m.RequestID, false
+	}
+	return m.UserID, m.APIKey, m.RequestID, true
+}
+
+func quote(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "…"
+	}
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func nowMS() int64 { return time.Now().UnixMilli() }

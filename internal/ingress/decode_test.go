@@ -1,0 +1,109 @@
+package ingress
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/agentplane/agentplane/internal/store"
+)
+
+func FuzzDecodeCommand(f *testing.F) {
+	for _, seed := range []string{
+		`{"type":"agent_invoke","request_id":"r","agent_id":"a","message":{"role":"user","content":"hi"}}`,
+		`{"type":"agent_invoke","agent_id":"a","message":{"content":5}}`,
+		`{"type":"subscribe","session_id":"s","after_seq":3}`,
+		`{"type":"subscribe","session_id":"s","after_seq":-3}`,
+		`{"type":"subscribe","session_id":"s","after_seq":1e400}`,
+		`{"type":"cancel_run","run_id":"r"}`,
+		`{"type":"hello","user_id":"u","api_key":"k"}`,
+		`{"type":null}`, `[]`, `""`, `{`, `{"type":"x","message":"\ud800"}`, "\x00", `{"type":"agent_invoke","message":[]}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cmd, bad := decodeCommand(data)
+		if (cmd == nil) == (bad == nil) {
+			t.Fatalf("want exactly one of command/error, got %v %v", cmd, bad)
+		}
+		if bad != nil {
+			if bad.Type != "error" || bad.Code == "" || bad.Message == "" {
+				t.Fatalf("error reply without code/message: %+v", bad)
+			}
+			if _, err := json.Marshal(bad); err != nil {
+				t.Fatalf("error reply does not encode: %v", err)
+			}
+			return
+		}
+		switch cmd.Type {
+		case "agent_invoke":
+			if cmd.AgentID == "" || cmd.Content == "" {
+				t.Fatalf("invalid invoke accepted: %+v", cmd)
+			}
+		case "subscribe":
+			if cmd.SessionID == "" || cmd.AfterSeq < 0 {
+				t.Fatalf("invalid subscribe accepted: %+v", cmd)
+			}
+		case "cancel_run":
+			if cmd.RunID == "" {
+				t.Fatalf("invalid cancel accepted: %+v", cmd)
+			}
+		default:
+			t.Fatalf("unknown type accepted: %q", cmd.Type)
+		}
+		decodeHello(data) // must not panic either
+	})
+}
+
+// FuzzClientMessage: whatever JSON object an event carries, the client
+// message is valid JSON with the envelope fields intact.
+func FuzzClientMessage(f *testing.F) {
+	for _, p := range []string{`{}`, `{"text":"hi"}`, ` { "text" : "a\"b" } `, `{"state":"X","detail":{"a":[1,2]}}`, `{"code":"x","message":"y"}`} {
+		f.Add(p, "ses_1", int64(7))
+	}
+	f.Fuzz(func(t *testing.T, payload, sessionID string, seq int64) {
+		var obj map[string]any
+		if json.Unmarshal([]byte(payload), &obj) != nil {
+			return // the log stores only JSON objects
+		}
+		for k := range obj {
+			if envelope[k] {
+				return // payloads never carry envelope keys
+			}
+		}
+		e := &store.Event{EventID: "evt_1", SessionID: sessionID, Seq: seq, RunID: "run_1", TS: 5, Type: "agent_stream_delta", Payload: json.RawMessage(payload)}
+		b := ClientMessage(e)
+		var got map[string]any
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("client message is not JSON: %v\n%s", err, b)
+		}
+		var wantSession string
+		q, _ := json.Marshal(sessionID)
+		json.Unmarshal(q, &wantSession)
+		seqOK := seq > 1<<53 || seq < -(1<<53) || int64(got["seq"].(float64)) == seq
+		if got["type"] != "delta" || got["session_id"] != wantSession || got["event_id"] != "evt_1" || !seqOK {
+			t.Fatalf("envelope lost: %v", got)
+		}
+		for k, v := range obj {
+			gv, _ := json.Marshal(got[k])
+			wv, _ := json.Marshal(v)
+			if string(gv) != string(wv) {
+				t.Fatalf("payload field %s: got %s want %s", k, gv, wv)
+			}
+		}
+	})
+}
+
+var envelope = map[string]bool{"type": true, "session_id": true, "seq": true, "event_id": true, "ts": true, "run_id": true, "parent_run_id": true}
+
+func TestClientMessageSkipsInternalEvents(t *testing.T) {
+	for _, typ := range []string{"user_input", "agent_invoke_started", "agent_invoke_done", "llm_call_done"} {
+		if b := ClientMessage(&store.Event{Type: typ, Payload: json.RawMessage(`{}`)}); b != nil {
+			t.Fatalf("%s sent to clients: %s", typ, b)
+		}
+	}
+	b := ClientMessage(&store.Event{Type: "run_failed", SessionID: "s", Seq: 3, EventID: "e", RunID: "r", ParentRunID: "p", Payload: json.RawMessage(`{"code":"agent_timeout","message":"m"}`)})
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil || m["type"] != "error" || m["code"] != "agent_timeout" || m["parent_run_id"] != "p" {
+		t.Fatalf("run_failed → %s (%v)", b, err)
+	}
+}

@@ -1,0 +1,85 @@
+package ingress
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/agentplane/agentplane/internal/agent"
+	"github.com/agentplane/agentplane/internal/auth"
+	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/run"
+	"github.com/agentplane/agentplane/internal/testdb"
+)
+
+func newTestServer(t *testing.T, opts Options) string {
+	t.Helper()
+	st := testdb.Open(t, "sqlite")
+	log := eventlog.New(st, eventlog.Options{})
+	t.Cleanup(log.Stop)
+	runs := run.New(log, run.Options{InstanceID: "t", Invoker: &agent.Client{}})
+	srv := New(auth.New("admin-key-0123456789", map[string]string{"u": "k"}, st), runs, log, opts)
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	return "ws" + strings.TrimPrefix(hs.URL, "http")
+}
+
+func helloConn(t *testing.T, url string) *websocket.Conn {
+	t.Helper()
+	c, _, err := websocket.DefaultDialer.Dial(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.WriteJSON(map[string]any{"type": "hello", "user_id": "u", "api_key": "k"})
+	var m map[string]any
+	if err := c.ReadJSON(&m); err != nil || m["type"] != "ready" {
+		t.Fatalf("hello: %v %v", m, err)
+	}
+	return c
+}
+
+func TestPingKeepsLiveClientsAndDropsDeadOnes(t *testing.T) {
+	url := newTestServer(t, Options{PingInterval: 100 * time.Millisecond, PongWait: 400 * time.Millisecond})
+
+	live := helloConn(t, url) // gorilla answers pings with pongs while reading
+	dead := helloConn(t, url)
+	pings := make(chan struct{}, 100)
+	dead.SetPingHandler(func(string) error { pings <- struct{}{}; return nil }) // never pongs
+
+	liveErr := make(chan error, 1)
+	go func() {
+		live.SetReadDeadline(time.Now().Add(1500 * time.Millisecond))
+		_, _, err := live.ReadMessage()
+		liveErr <- err
+	}()
+	dead.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, _, err := dead.ReadMessage()
+	if err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("a client that never pongs was not dropped: %v", err)
+	}
+	if len(pings) == 0 {
+		t.Fatal("server sent no pings")
+	}
+	// The live client outlasted the dead one's pong wait several times over,
+	// and was only ended by its own read deadline.
+	if err := <-liveErr; err == nil || !strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("live client: %v, want its own read timeout", err)
+	}
+}
+
+func TestHelloTimeout(t *testing.T) {
+	url := newTestServer(t, Options{HelloTimeout: 200 * time.Millisecond})
+	c, _, err := websocket.DefaultDialer.Dial(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, _, err := c.ReadMessage(); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("silent client kept: %v", err)
+	}
+}
