@@ -407,3 +407,5 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+func testdbDSN(t *testing.T, dialect string) string { return testdb.DSN(t, dialect) }

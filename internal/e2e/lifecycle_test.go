@@ -112,3 +112,32 @@ func TestGracefulShutdown(t *testing.T) {
 		})
 	})
 }
+
+// Two replicas on one PostgreSQL database: a client attached to one follows,
+// live, a run driven by the other.
+func TestReplicaFollowsRunsDrivenByAnother(t *testing.T) {
+	dsn := testdbDSN(t, "postgres")
+	a := startServer(t, dsn, "--instance-id", "replica-a")
+	b := startServer(t, dsn, "--instance-id", "replica-b")
+	ag := newScriptedAgent(t, modeStream, 40)
+	a.register("slow", ag.URL)
+	ca := dial(t, a, "alice", "alice-key")
+	ca.send(map[string]any{"type": "agent_invoke", "request_id": "r1", "agent_id": "slow", "message": map[string]any{"role": "user", "content": "go"}})
+	started := ca.next()
+	cb := dial(t, b, "alice", "alice-key")
+	cb.send(map[string]any{"type": "subscribe", "session_id": started["session_id"], "after_seq": 0})
+	msgs := cb.untilEnd()
+	assertIncreasingSeqs(t, msgs)
+	if msgs[len(msgs)-1]["type"] != "done" || !strings.Contains(text(msgs), "w39") {
+		t.Fatalf("replica b saw %d messages ending %v", len(msgs), msgs[len(msgs)-1])
+	}
+	live := 0
+	for _, m := range msgs {
+		if m["type"] == "delta" {
+			live++
+		}
+	}
+	if live != 40 {
+		t.Fatalf("replica b saw %d of 40 deltas", live)
+	}
+}

@@ -53,6 +53,19 @@ func (h *Hub) Poke(sessionID string) {
 	}
 }
 
+// PokeAll marks every subscription stale (notifications may have been lost).
+func (h *Hub) PokeAll() {
+	h.mu.RLock()
+	var ids []string
+	for id := range h.subs {
+		ids = append(ids, id)
+	}
+	h.mu.RUnlock()
+	for _, id := range ids {
+		h.Poke(id)
+	}
+}
+
 func (h *Hub) subscribe(st store.Store, sessionID string, afterSeq int64) *Subscription {
 	s := &Subscription{hub: h, st: st, sessionID: sessionID, cursor: afterSeq, stale: true, notify: make(chan struct{}, 1)}
 	h.mu.Lock()

@@ -25,10 +25,13 @@ type Options struct {
 	// MaxBatch bounds the ops in one transaction. Default 1024.
 	MaxBatch int
 	Logger   *slog.Logger
+	// Origin names this process in cross-process notifications.
+	Origin string
 }
 
 // Log appends events and fans them out to subscribers after commit.
 type Log struct {
+	origin  string
 	st      store.Store
 	hub     *Hub
 	shards  []*writer
@@ -57,9 +60,9 @@ func New(st store.Store, opts Options) *Log {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	l := &Log{st: st, hub: NewHub(), seed: maphash.MakeSeed()}
+	l := &Log{origin: opts.Origin, st: st, hub: NewHub(), seed: maphash.MakeSeed()}
 	for range opts.Shards {
-		w := &writer{st: st, queue: make(chan *op, opts.QueueSize), publish: l.hub.Publish, maxBatch: opts.MaxBatch, log: opts.Logger}
+		w := &writer{st: st, origin: opts.Origin, queue: make(chan *op, opts.QueueSize), publish: l.hub.Publish, maxBatch: opts.MaxBatch, log: opts.Logger}
 		stopped := make(chan struct{})
 		l.shards = append(l.shards, w)
 		l.stopped = append(l.stopped, stopped)
@@ -137,6 +140,23 @@ func (l *Log) AppendAsync(ctx context.Context, done func([]store.Event, error), 
 		return nil
 	}
 	return l.submit(ctx, events[0].SessionID, &op{events: events, done: done})
+}
+
+// Notified feeds notifications from other processes into the hub: their
+// sessions' subscribers re-read the store. A nil list (after a listener
+// reconnect) re-checks every subscription. Our own notifications are skipped:
+// the hub already has those events.
+func (l *Log) Notified(origin string, sessionIDs []string) {
+	if sessionIDs == nil {
+		l.hub.PokeAll()
+		return
+	}
+	if origin == l.origin {
+		return
+	}
+	for _, s := range sessionIDs {
+		l.hub.Poke(s)
+	}
 }
 
 // Subscribe follows sessionID from afterSeq: every later event exactly once,

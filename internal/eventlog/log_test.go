@@ -27,10 +27,10 @@ func ev(sid, typ string, n int) store.EventParams {
 	return store.EventParams{SessionID: sid, Type: typ, TS: time.Now().UnixMilli(), Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, n))}
 }
 
-// collect reads n events from sub, checking each is already committed.
+// collect reads n events from sub, checking each batch is already committed.
 func collect(t *testing.T, st store.Store, sub *Subscription, n int) []store.Event {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var got []store.Event
 	for len(got) < n {
@@ -38,11 +38,17 @@ func collect(t *testing.T, st store.Store, sub *Subscription, n int) []store.Eve
 		if err != nil {
 			t.Fatalf("after %d of %d events: %v", len(got), n, err)
 		}
-		for _, e := range evs {
-			// Delivered means durable: the row must already be readable.
-			stored, err := st.EventsList(ctx, &store.EventsListParams{SessionID: e.SessionID, AfterSeq: e.Seq - 1, Limit: 1})
-			if err != nil || len(stored) != 1 || stored[0].EventID != e.EventID {
-				t.Fatalf("event seq %d delivered before it was readable from the store", e.Seq)
+		// Delivered means durable: the rows must already be readable.
+		stored, err := st.EventsList(ctx, &store.EventsListParams{SessionID: evs[0].SessionID, AfterSeq: evs[0].Seq - 1, Limit: len(evs)})
+		if err != nil {
+			t.Fatalf("read back: %v", err)
+		}
+		if len(stored) != len(evs) {
+			t.Fatalf("%d events delivered, only %d readable from the store", len(evs), len(stored))
+		}
+		for i := range evs {
+			if stored[i].EventID != evs[i].EventID {
+				t.Fatalf("event seq %d delivered before it was readable from the store", evs[i].Seq)
 			}
 		}
 		got = append(got, evs...)

@@ -30,6 +30,7 @@ type op struct {
 // under no load an op commits at once — batching never adds a fixed delay.
 type writer struct {
 	st       store.Store
+	origin   string // process id in notifications, so we skip our own
 	queue    chan *op
 	publish  func([]store.Event)
 	maxBatch int
@@ -65,7 +66,7 @@ func (w *writer) commit(batch []*op) {
 	ctx := context.Background()
 	results := make([][]store.Event, len(batch))
 	err := w.st.InTx(ctx, func(tx store.Queries) error {
-		return runOps(ctx, tx, batch, results)
+		return w.runOps(ctx, tx, batch, results)
 	})
 	if err == nil {
 		w.finish(batch, results, nil)
@@ -79,7 +80,7 @@ func (w *writer) commit(batch []*op) {
 	for i, o := range batch {
 		one := results[i : i+1]
 		errs[i] = w.st.InTx(ctx, func(tx store.Queries) error {
-			return runOps(ctx, tx, []*op{o}, one)
+			return w.runOps(ctx, tx, []*op{o}, one)
 		})
 		if errs[i] != nil {
 			one[0] = nil
@@ -90,7 +91,25 @@ func (w *writer) commit(batch []*op) {
 
 // runOps executes ops in order. Consecutive plain appends are merged into
 // one multi-row insert; a state change flushes the pending appends first so
-// the log keeps submission order.
+// the log keeps submission order. Last, other processes are told which
+// sessions moved (delivered only if this transaction commits).
+func (w *writer) runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event) error {
+	if err := runOps(ctx, tx, batch, results); err != nil {
+		return err
+	}
+	var sessions []string
+	seen := map[string]bool{}
+	for _, evs := range results {
+		for i := range evs {
+			if s := evs[i].SessionID; !seen[s] {
+				seen[s] = true
+				sessions = append(sessions, s)
+			}
+		}
+	}
+	return tx.EventsNotify(ctx, w.origin, sessions)
+}
+
 func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event) error {
 	var pending []store.EventParams
 	var owners []int // op index for each pending event

@@ -72,8 +72,16 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		return fmt.Errorf("AGENTPLANE_ENDPOINT_ALLOWLIST: %w", err)
 	}
 
-	log := eventlog.New(st, eventlog.Options{Logger: logger})
+	log := eventlog.New(st, eventlog.Options{Logger: logger, Origin: cfg.InstanceID})
 	defer log.Stop()
+	if st.Dialect() == "postgres" {
+		// Replicas share one database: follow their commits so a client
+		// attached here sees runs driven elsewhere, live.
+		lctx, stopListen := context.WithCancel(context.Background())
+		listening := make(chan struct{})
+		go func() { defer close(listening); postgres.Listen(lctx, cfg.DB, logger, log.Notified) }()
+		defer func() { stopListen(); <-listening }()
+	}
 	keys := auth.New(cfg.AdminKey, userKeys, st)
 	httpClient := agent.NewHTTPClient(allow)
 	agentClient := &agent.Client{HTTP: httpClient, FirstByteTimeout: cfg.AgentFirstByteTimeout, IdleTimeout: cfg.AgentIdleTimeout}

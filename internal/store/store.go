@@ -63,7 +63,16 @@ type Queries interface {
 
 	InstanceHeartbeat(ctx context.Context, instanceID string, at int64) error
 	InstanceList(ctx context.Context) ([]Instance, error)
+
+	// EventsNotify tells other processes that sessions got events. In a
+	// transaction it is sent only on commit (PostgreSQL NOTIFY); on SQLite,
+	// where one process owns the file, it does nothing.
+	EventsNotify(ctx context.Context, origin string, sessionIDs []string) error
 }
+
+// NotifyChannel is the PostgreSQL channel EventsNotify uses; payloads are
+// "<origin> <session id>,<session id>…".
+const NotifyChannel = "agentplane_events"
 
 // Session is one conversation of one user. LastSeq is the per-session event
 // counter: events get seq LastSeq+1… inside the transaction that inserts them.
