@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -234,6 +235,43 @@ func TestHealthAndReadiness(t *testing.T) {
 	for _, p := range []string{"/healthz", "/readyz"} {
 		if code, body := s.call("GET", p, "", nil); code != 200 || body["ok"] != true {
 			t.Fatalf("%s: %d %v", p, code, body)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	s := startServer(t, "sqlite:"+t.TempDir()+"/a.db")
+	ok := newScriptedAgent(t, modeStream, 3)
+	bad := newScriptedAgent(t, modeHTTP500, 0)
+	s.register("ok", ok.URL)
+	s.register("bad", bad.URL)
+	c := dial(t, s, "alice", "alice-key")
+	for _, a := range []string{"ok", "bad", "ok"} {
+		c.send(map[string]any{"type": "agent_invoke", "request_id": "r", "agent_id": a, "message": map[string]any{"role": "user", "content": "x"}})
+		c.untilEnd()
+	}
+	req, _ := http.NewRequest("GET", s.URL+"/metrics", nil)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("metrics without key: %v %v", resp, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+adminKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("metrics: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		"agentplane_runs_started_total 3",
+		`agentplane_runs_finished_total{outcome="DONE"} 2`,
+		`agentplane_runs_finished_total{outcome="FAILED:agent_http_error"} 1`,
+		`agentplane_run_duration_seconds_count{status="DONE"} 2`,
+		"agentplane_ws_connections 1",
+		"agentplane_runs_active 0",
+		"agentplane_events_appended_total",
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
 		}
 	}
 }

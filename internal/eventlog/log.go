@@ -9,6 +9,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/agentplane/agentplane/internal/store"
 )
@@ -38,6 +39,9 @@ type Log struct {
 	stopped []chan struct{}
 	seed    maphash.Seed
 
+	appended atomic.Int64
+	commits  atomic.Int64
+
 	mu      sync.RWMutex // guards closing against concurrent submits
 	closing bool
 	stop    sync.Once
@@ -62,7 +66,7 @@ func New(st store.Store, opts Options) *Log {
 	}
 	l := &Log{origin: opts.Origin, st: st, hub: NewHub(), seed: maphash.MakeSeed()}
 	for range opts.Shards {
-		w := &writer{st: st, origin: opts.Origin, queue: make(chan *op, opts.QueueSize), publish: l.hub.Publish, maxBatch: opts.MaxBatch, log: opts.Logger}
+		w := &writer{st: st, origin: opts.Origin, appended: &l.appended, commits: &l.commits, queue: make(chan *op, opts.QueueSize), publish: l.hub.Publish, maxBatch: opts.MaxBatch, log: opts.Logger}
 		stopped := make(chan struct{})
 		l.shards = append(l.shards, w)
 		l.stopped = append(l.stopped, stopped)
@@ -70,6 +74,9 @@ func New(st store.Store, opts Options) *Log {
 	}
 	return l
 }
+
+// Stats reports events appended and transactions committed so far.
+func (l *Log) Stats() (events, commits int64) { return l.appended.Load(), l.commits.Load() }
 
 // Store is the store the log writes to.
 func (l *Log) Store() store.Store { return l.st }

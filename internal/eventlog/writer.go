@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/agentplane/agentplane/internal/store"
 )
@@ -35,6 +36,8 @@ type writer struct {
 	publish  func([]store.Event)
 	maxBatch int
 	log      *slog.Logger
+	appended *atomic.Int64
+	commits  *atomic.Int64
 }
 
 func (w *writer) loop(stopped chan<- struct{}) {
@@ -167,7 +170,9 @@ func (w *writer) finish(batch []*op, results [][]store.Event, errs []error) {
 			}
 		}
 	}
+	w.commits.Add(1)
 	if len(all) > 0 {
+		w.appended.Add(int64(len(all)))
 		w.publish(all)
 	}
 }

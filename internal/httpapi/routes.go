@@ -11,6 +11,7 @@ import (
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
 )
@@ -27,14 +28,16 @@ type API struct {
 	Allow *agent.Allowlist
 	// Ready reports readiness beyond the store answering (false while
 	// shutting down).
-	Ready  func() bool
-	Logger *slog.Logger
+	Ready   func() bool
+	Logger  *slog.Logger
+	Metrics *metrics.Registry
 }
 
 // Routes registers every management route on mux.
 func (a *API) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", a.healthz)
 	mux.HandleFunc("GET /readyz", a.readyz)
+	mux.HandleFunc("GET /metrics", a.metrics)
 
 	mux.HandleFunc("POST /v1/agents/register", a.agentRegister)
 	mux.HandleFunc("GET /v1/agents", a.agentList)
@@ -57,6 +60,16 @@ func (a *API) Routes(mux *http.ServeMux) {
 func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Write([]byte(`{"ok":true}` + "\n"))
+}
+
+// metrics serves the Prometheus text format (admin key: nothing is open by
+// default, DESIGN §2.6; scrapers send it as a bearer token).
+func (a *API) metrics(w http.ResponseWriter, r *http.Request) {
+	if !a.admin(w, r) {
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	a.Metrics.WriteText(w)
 }
 
 func (a *API) readyz(w http.ResponseWriter, r *http.Request) {

@@ -67,6 +67,7 @@ func (m *Manager) Cancel(ctx context.Context, p CancelParams) (*store.Run, error
 	if err != nil {
 		return nil, err
 	}
+	m.ended(run, store.RunCancelled, "", now)
 	return out, nil
 }
 

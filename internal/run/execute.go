@@ -128,7 +128,9 @@ func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, beg
 		cost = m.opts.RunCost(run.RunID)
 	}
 	now := m.now()
+	ok := false
 	_, err := m.log.Do(context.Background(), run.SessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
+		ok = false
 		_, err := tx.RunTransition(ctx, &store.RunTransitionParams{RunID: run.RunID, From: store.RunActiveStatuses, Status: store.RunDone, At: now, Usage: usage})
 		if errors.Is(err, store.ErrConflict) {
 			return nil, nil // ended meanwhile (cancelled); nothing to record
@@ -136,6 +138,7 @@ func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, beg
 		if err != nil {
 			return nil, err
 		}
+		ok = true
 		if text != "" {
 			if _, err := tx.MessageAppend(ctx, &store.MessageAppendParams{MessageID: newMessageID(), SessionID: run.SessionID, RunID: run.RunID, Role: "assistant", Content: text, CreatedAt: now}); err != nil {
 				return nil, err
@@ -148,6 +151,9 @@ func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, beg
 			{SessionID: run.SessionID, RunID: run.RunID, TS: now, Type: eventlog.TypeRunDone, Payload: done},
 		}, nil
 	})
+	if err == nil && ok {
+		m.ended(run, store.RunDone, "", now)
+	}
 	if err != nil {
 		m.opts.Logger.Error("record run done", "run_id", run.RunID, "session_id", run.SessionID, "err", err)
 		m.finishFailed(run, "platform_error", "could not record the run's result", began, deltas)
@@ -168,7 +174,9 @@ func (m *Manager) finishFailed(run *store.Run, code, message string, began time.
 func (m *Manager) fail(ctx context.Context, run *store.Run, code, message string, invokeInfo map[string]any) error {
 	errJSON, _ := json.Marshal(map[string]string{"code": code, "message": message})
 	now := m.now()
+	ok := false
 	_, err := m.log.Do(ctx, run.SessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
+		ok = false
 		_, err := tx.RunTransition(ctx, &store.RunTransitionParams{RunID: run.RunID, From: store.RunActiveStatuses, Status: store.RunFailed, At: now, Error: errJSON})
 		if errors.Is(err, store.ErrConflict) {
 			return nil, nil
@@ -176,6 +184,7 @@ func (m *Manager) fail(ctx context.Context, run *store.Run, code, message string
 		if err != nil {
 			return nil, err
 		}
+		ok = true
 		var evs []store.EventParams
 		if invokeInfo != nil {
 			invokeInfo["ok"] = false
@@ -185,5 +194,8 @@ func (m *Manager) fail(ctx context.Context, run *store.Run, code, message string
 		}
 		return append(evs, store.EventParams{SessionID: run.SessionID, RunID: run.RunID, ParentRunID: run.ParentRunID, TS: now, Type: eventlog.TypeRunFailed, Payload: errJSON}), nil
 	})
+	if err == nil && ok {
+		m.ended(run, store.RunFailed, code, now)
+	}
 	return err
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/store"
 )
 
@@ -37,6 +38,8 @@ type Options struct {
 	RunCost func(runID string) float64
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+	// Metrics, when set, receives run counts and durations.
+	Metrics *metrics.Registry
 }
 
 // Manager starts and drives runs.
@@ -49,6 +52,10 @@ type Manager struct {
 	active   map[string]*activeRun
 	draining bool
 	wg       sync.WaitGroup
+
+	started  *metrics.Counter
+	finished *metrics.Counter
+	duration *metrics.Histogram
 
 	bgCancel context.CancelFunc
 	bgDone   chan struct{}
@@ -89,7 +96,25 @@ func New(log *eventlog.Log, opts Options) *Manager {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Manager{log: log, st: log.Store(), opts: opts, active: map[string]*activeRun{}}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.New()
+	}
+	m := &Manager{log: log, st: log.Store(), opts: opts, active: map[string]*activeRun{}}
+	m.started = opts.Metrics.Counter("agentplane_runs_started_total", "Runs started.", "")
+	m.finished = opts.Metrics.Counter("agentplane_runs_finished_total", "Runs ended, by final status (DONE, FAILED, CANCELLED) and error code.", "outcome")
+	m.duration = opts.Metrics.Histogram("agentplane_run_duration_seconds", "Run duration from start to its terminal state.", "status", metrics.DurationBuckets)
+	opts.Metrics.GaugeFunc("agentplane_runs_active", "Runs this process is driving.", func() float64 { return float64(m.ActiveRuns()) })
+	return m
+}
+
+// ended records a run's terminal transition in the metrics.
+func (m *Manager) ended(r *store.Run, status, code string, at int64) {
+	outcome := status
+	if code != "" {
+		outcome += ":" + code
+	}
+	m.finished.Add(outcome, 1)
+	m.duration.Observe(status, float64(at-r.StartedAt)/1000)
 }
 
 func (m *Manager) now() int64 { return m.opts.Now().UnixMilli() }

@@ -107,6 +107,7 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 	if err != nil {
 		return nil, err
 	}
+	m.started.Add("", 1)
 	m.launch(run, ag, p, traceparent)
 	return &Started{Run: run, Events: evs}, nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/agentplane/agentplane/internal/httpapi"
 	"github.com/agentplane/agentplane/internal/ids"
 	"github.com/agentplane/agentplane/internal/ingress"
+	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/store/postgres"
@@ -85,13 +86,17 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	keys := auth.New(cfg.AdminKey, userKeys, st)
 	httpClient := agent.NewHTTPClient(allow)
 	agentClient := &agent.Client{HTTP: httpClient, FirstByteTimeout: cfg.AgentFirstByteTimeout, IdleTimeout: cfg.AgentIdleTimeout}
-	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger})
+	reg := metrics.New()
+	reg.CounterFunc("agentplane_events_appended_total", "Events committed to the log by this process.", func() float64 { ev, _ := log.Stats(); return float64(ev) })
+	reg.CounterFunc("agentplane_event_commits_total", "Event log transactions committed by this process (events per commit shows batching).", func() float64 { _, c := log.Stats(); return float64(c) })
+	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger, Metrics: reg})
 	if err := runs.Start(ctx); err != nil {
 		return fmt.Errorf("start run manager: %w", err)
 	}
 	var shuttingDown atomic.Bool
-	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Allow: allow, Logger: logger, Ready: func() bool { return !shuttingDown.Load() }}
+	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() }}
 	ws := ingress.New(keys, runs, log, ingress.Options{MaxFrameBytes: cfg.MaxFrameBytes, Logger: logger})
+	reg.GaugeFunc("agentplane_ws_connections", "Open client WebSocket connections.", func() float64 { return float64(ws.Connections()) })
 
 	mux := http.NewServeMux()
 	api.Routes(mux)
