@@ -1,69 +1,124 @@
 // Package demo is what `serve --demo` starts: a real HTTP agent on its own
 // loopback port, built with the Go SDK and registered through the normal
-// API, that streams a reply without any LLM.
+// API. It answers through the platform's LLM proxy — the built-in fake
+// upstream by default, a real model when AGENTPLANE_LLM_BASE_URL is set.
 package demo
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
+	"github.com/agentplane/agentplane/internal/agent"
 	agentplane "github.com/agentplane/agentplane/sdk/go"
 )
 
 // AgentID is the demo agent's id.
 const AgentID = "demo"
 
-// Agent is the running demo agent.
+// Agent is the demo agent: Listen, register it, then Serve.
 type Agent struct {
-	URL string
-	srv *http.Server
+	URL   string
+	ln    net.Listener
+	srv   *http.Server
+	model string
 }
 
-// WordDelay paces the streamed words so the stream is visible in a browser.
-var WordDelay = 60 * time.Millisecond
-
-// StartAgent serves the demo agent on 127.0.0.1 at a free port.
-func StartAgent() (*Agent, error) {
+// Listen reserves the demo agent's loopback port, so its endpoint is known
+// before it is registered.
+func Listen() (*Agent, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("demo agent: %w", err)
 	}
-	srv := &http.Server{Handler: agentplane.NewAgentHandler(reply), ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	return &Agent{URL: "http://" + ln.Addr().String(), srv: srv}, nil
+	return &Agent{URL: "http://" + ln.Addr().String(), ln: ln}, nil
+}
+
+// Serve answers invocations, calling model through the platform at
+// platformURL with the agent's key.
+func (a *Agent) Serve(platformURL, agentKey, model string) {
+	a.model = model
+	h := agentplane.NewAgentHandler(a.reply)
+	h.Platform = agentplane.NewClient(platformURL, agentKey)
+	a.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go a.srv.Serve(a.ln)
 }
 
 // Stop closes the demo agent.
-func (a *Agent) Stop(ctx context.Context) error { return a.srv.Shutdown(ctx) }
+func (a *Agent) Stop(ctx context.Context) error {
+	if a.srv == nil {
+		return a.ln.Close()
+	}
+	return a.srv.Shutdown(ctx)
+}
 
-// reply streams an answer word by word: a state event, then the words.
-func reply(ctx context.Context, req *agentplane.Request, s agentplane.Stream) error {
-	if err := s.State("thinking", map[string]any{"note": "the demo agent has no LLM; it echoes"}); err != nil {
+const systemPrompt = "You are the agentplane demo agent. Answer briefly and kindly."
+
+// reply streams the model's answer: a state event, then each token the
+// proxy relays, as a delta.
+func (a *Agent) reply(ctx context.Context, req *agentplane.Request, s agentplane.Stream) error {
+	if err := s.State("thinking", map[string]any{"model": a.model, "via": "agentplane LLM proxy"}); err != nil {
 		return err
 	}
-	turns := 0
+	msgs := []map[string]string{{"role": "system", "content": systemPrompt}}
 	for _, m := range req.Messages {
-		if m.Role == "user" {
-			turns++
+		msgs = append(msgs, map[string]string{"role": m.Role, "content": m.Content})
+	}
+	body, _ := json.Marshal(map[string]any{"model": a.model, "stream": true, "messages": msgs, "stream_options": map[string]bool{"include_usage": true}})
+	hreq, err := http.NewRequestWithContext(ctx, "POST", req.OpenAIBaseURL()+"/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Authorization", "Bearer "+req.OpenAIAPIKey())
+	for k, v := range req.OpenAIHeaders() {
+		hreq.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(hreq)
+	if err != nil {
+		return &agentplane.Error{Code: "llm_unreachable", Message: err.Error()}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return &agentplane.Error{Code: "llm_error", Message: fmt.Sprintf("LLM proxy answered %d: %s", resp.StatusCode, b)}
+	}
+	rd := agent.NewSSEReader(resp.Body, 0)
+	for {
+		ev, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return &agentplane.Error{Code: "llm_error", Message: err.Error()}
+		}
+		if ev.Data == "[DONE]" {
+			return nil
+		}
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+			Usage json.RawMessage `json:"usage"`
+		}
+		if json.Unmarshal([]byte(ev.Data), &chunk) != nil {
+			continue
+		}
+		if len(chunk.Usage) > 0 && string(chunk.Usage) != "null" {
+			s.SetUsage(chunk.Usage)
+		}
+		for _, c := range chunk.Choices {
+			if err := s.Delta(c.Delta.Content); err != nil {
+				return err
+			}
 		}
 	}
-	text := fmt.Sprintf("Hello! You said: %q. I am the agentplane demo agent, streaming this reply word by word through the platform; every word is a durable event you can replay. This session has %d user message(s) so far.",
-		req.InputMessage.Content, turns)
-	words := strings.SplitAfter(text, " ")
-	for _, w := range words {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(WordDelay):
-		}
-		if err := s.Delta(w); err != nil {
-			return err
-		}
-	}
-	s.SetUsage(map[string]int{"words": len(words)})
-	return nil
 }

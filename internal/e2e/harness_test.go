@@ -61,6 +61,7 @@ func TestMain(m *testing.M) {
 // server is one agentplane process.
 type server struct {
 	t      *testing.T
+	env    []string // extra environment, after the defaults
 	cmd    *exec.Cmd
 	URL    string
 	WS     string
@@ -77,7 +78,13 @@ var listenRE = regexp.MustCompile(`agentplane listening on (http://\S+)`)
 // allowed. extra flags are appended.
 func startServer(t *testing.T, dsn string, extra ...string) *server {
 	t.Helper()
-	s := &server{t: t, dsn: dsn, args: extra}
+	return startServerEnv(t, dsn, nil, extra...)
+}
+
+// startServerEnv is startServer with extra environment variables.
+func startServerEnv(t *testing.T, dsn string, env []string, extra ...string) *server {
+	t.Helper()
+	s := &server{t: t, dsn: dsn, args: extra, env: env}
 	s.start()
 	t.Cleanup(func() { s.stop() })
 	return s
@@ -91,6 +98,7 @@ func (s *server) start() {
 	cmd.Env = append(os.Environ(),
 		"AGENTPLANE_DB="+s.dsn, "AGENTPLANE_ADMIN_KEY="+adminKey, "AGENTPLANE_API_KEYS="+apiKeys,
 		"AGENTPLANE_ENDPOINT_ALLOWLIST=127.0.0.1/32", "AGENTPLANE_LLM_BASE_URL=", "AGENTPLANE_CONFIG=")
+	cmd.Env = append(cmd.Env, s.env...)
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = &lockedWriter{s: s}
 	if err := cmd.Start(); err != nil {

@@ -123,9 +123,10 @@ func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, beg
 	if res != nil && len(res.Usage) > 0 {
 		usage = res.Usage
 	}
-	var cost float64
-	if m.opts.RunCost != nil {
-		cost = m.opts.RunCost(run.RunID)
+	if m.opts.Quiesce != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		m.opts.Quiesce(ctx, run.RunID)
+		cancel()
 	}
 	now := m.now()
 	ok := false
@@ -144,8 +145,12 @@ func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, beg
 				return nil, err
 			}
 		}
+		cost, calls, err := runCost(ctx, tx, run)
+		if err != nil {
+			return nil, err
+		}
 		invokeDone, _ := json.Marshal(map[string]any{"ok": true, "duration_ms": time.Since(began).Milliseconds(), "deltas": deltas})
-		done, _ := json.Marshal(map[string]any{"usage": usage, "total_cost": cost})
+		done, _ := json.Marshal(map[string]any{"usage": usage, "total_cost": cost, "llm_calls": calls})
 		return []store.EventParams{
 			{SessionID: run.SessionID, RunID: run.RunID, TS: now, Type: eventlog.TypeAgentInvokeDone, Payload: invokeDone},
 			{SessionID: run.SessionID, RunID: run.RunID, TS: now, Type: eventlog.TypeRunDone, Payload: done},
@@ -198,4 +203,24 @@ func (m *Manager) fail(ctx context.Context, run *store.Run, code, message string
 		m.ended(run, store.RunFailed, code, now)
 	}
 	return err
+}
+
+// runCost sums estimated_cost over the run's llm_call_done events. It runs
+// inside the run_done transaction: the proxy's write-behind events for this
+// session were queued earlier on the same writer, so they are visible here.
+func runCost(ctx context.Context, tx store.Queries, run *store.Run) (float64, int, error) {
+	evs, err := tx.EventsList(ctx, &store.EventsListParams{SessionID: run.SessionID, RunID: run.RunID, Type: eventlog.TypeLLMCallDone, Limit: 10000})
+	if err != nil {
+		return 0, 0, err
+	}
+	var total float64
+	for _, e := range evs {
+		var p struct {
+			EstimatedCost float64 `json:"estimated_cost"`
+		}
+		if json.Unmarshal(e.Payload, &p) == nil {
+			total += p.EstimatedCost
+		}
+	}
+	return total, len(evs), nil
 }

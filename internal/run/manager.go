@@ -33,13 +33,14 @@ type Options struct {
 	// processes: an owner silent for StaleAfter is dead.
 	HeartbeatInterval time.Duration
 	StaleAfter        time.Duration
-	// RunCost, when set, reports the LLM cost accumulated by a run so far
-	// (for run_done's total_cost).
-	RunCost func(runID string) float64
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 	// Metrics, when set, receives run counts and durations.
 	Metrics *metrics.Registry
+	// Quiesce, when set, is called before a run's result is committed and
+	// waits (bounded by its ctx) until work the run caused elsewhere — its
+	// LLM calls' trace events — has been queued, so run_done sums it all.
+	Quiesce func(ctx context.Context, runID string)
 }
 
 // Manager starts and drives runs.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"strings"
 
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/eventlog"
@@ -29,6 +30,14 @@ var (
 )
 
 var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.:\-]{1,128}$`)
+
+// AgentSessionPrefix names the per-agent sessions that hold events of
+// calls an agent makes outside any run (e.g. an LLM call without x-run-id);
+// users cannot create sessions with it.
+const AgentSessionPrefix = "agent:"
+
+// AgentSessionID is the session holding agentID's run-less events.
+func AgentSessionID(agentID string) string { return AgentSessionPrefix + agentID }
 
 // StartParams is one user message that starts a root run.
 type StartParams struct {
@@ -55,7 +64,7 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 	if draining {
 		return nil, ErrShuttingDown
 	}
-	if p.SessionID != "" && !sessionIDPattern.MatchString(p.SessionID) {
+	if p.SessionID != "" && (!sessionIDPattern.MatchString(p.SessionID) || strings.HasPrefix(p.SessionID, AgentSessionPrefix)) {
 		return nil, ErrInvalidSession
 	}
 	ag, err := m.st.AgentGet(ctx, p.AgentID)

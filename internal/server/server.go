@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -22,9 +23,11 @@ import (
 	"github.com/agentplane/agentplane/internal/console"
 	"github.com/agentplane/agentplane/internal/demo"
 	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/fakellm"
 	"github.com/agentplane/agentplane/internal/httpapi"
 	"github.com/agentplane/agentplane/internal/ids"
 	"github.com/agentplane/agentplane/internal/ingress"
+	"github.com/agentplane/agentplane/internal/llmproxy"
 	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
@@ -89,7 +92,8 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	reg := metrics.New()
 	reg.CounterFunc("agentplane_events_appended_total", "Events committed to the log by this process.", func() float64 { ev, _ := log.Stats(); return float64(ev) })
 	reg.CounterFunc("agentplane_event_commits_total", "Event log transactions committed by this process (events per commit shows batching).", func() float64 { _, c := log.Stats(); return float64(c) })
-	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger, Metrics: reg})
+	bridge := newLLMBridge(keys, st, log, logger)
+	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce})
 	if err := runs.Start(ctx); err != nil {
 		return fmt.Errorf("start run manager: %w", err)
 	}
@@ -98,8 +102,34 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	ws := ingress.New(keys, runs, log, ingress.Options{MaxFrameBytes: cfg.MaxFrameBytes, Logger: logger})
 	reg.GaugeFunc("agentplane_ws_connections", "Open client WebSocket connections.", func() float64 { return float64(ws.Connections()) })
 
+	llmCfg, err := llmConfig(cfg)
+	if err != nil {
+		return err
+	}
+	var demoLLM *fakellm.Running
+	if cfg.Demo && len(llmCfg.Upstreams) == 0 {
+		// The demo's "LLM": a local server speaking the OpenAI wire format,
+		// so the demo agent calls a model through the proxy with no key.
+		if demoLLM, err = fakellm.Start("127.0.0.1:0", fakellm.Options{Models: []string{"demo-llm"}, ChunkDelay: 40 * time.Millisecond}); err != nil {
+			return fmt.Errorf("demo LLM: %w", err)
+		}
+		defer demoLLM.Close()
+		llmCfg.Upstreams = []llmproxy.Upstream{{Name: "demo", BaseURL: demoLLM.URL}}
+		if llmCfg.Prices == nil {
+			llmCfg.Prices = map[string]llmproxy.Price{"demo-llm": {Input: 0.5, CachedInput: 0.25, Output: 1.5}}
+		}
+	}
+	proxy, err := llmproxy.New(llmCfg, bridge.authenticate, bridge)
+	if err != nil {
+		return fmt.Errorf("llm proxy: %w", err)
+	}
+	defer proxy.Close()
+
 	mux := http.NewServeMux()
 	api.Routes(mux)
+	if cfg.Role != "ingress" {
+		proxy.Routes(mux)
+	}
 	if cfg.Role != "orchestrator" {
 		mux.Handle("GET /v1/ws", ws)
 		ui := console.Handler()
@@ -133,15 +163,24 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 
 	var demoAgent *demo.Agent
 	if cfg.Demo {
-		demoAgent, err = demo.StartAgent()
+		demoAgent, err = demo.Listen()
 		if err != nil {
 			return err
 		}
 		defer demoAgent.Stop(context.Background())
 		// Registered through the public API, exactly as an external agent would be.
-		if err := registerOverHTTP(ctx, base, cfg.AdminKey, demo.AgentID, demoAgent.URL); err != nil {
+		key, err := registerOverHTTP(ctx, base, cfg.AdminKey, demo.AgentID, demoAgent.URL)
+		if err != nil {
 			return fmt.Errorf("register demo agent: %w", err)
 		}
+		model := os.Getenv("AGENTPLANE_DEMO_MODEL")
+		if model == "" {
+			model = "demo-llm"
+			if demoLLM == nil {
+				model = "gpt-4o-mini"
+			}
+		}
+		demoAgent.Serve(base, key, model)
 	}
 	prb.Start()
 	defer prb.Stop()
@@ -173,7 +212,8 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		logger.Warn("http shutdown", "err", err)
 	}
 	prb.Stop()
-	log.Stop()
+	proxy.Close()
+	log.Stop() // after the proxy: its write-behind events are flushed here
 	fmt.Fprintln(out, "agentplane stopped")
 	return nil
 }

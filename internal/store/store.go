@@ -186,6 +186,8 @@ type EventsListParams struct {
 	RunID     string
 	AfterSeq  int64
 	Limit     int
+	// Type, when set, keeps only events of that type.
+	Type string
 }
 
 // Message is one transcript entry.

@@ -96,6 +96,10 @@ func (q *queries) EventsList(ctx context.Context, p *store.EventsListParams) ([]
 	default:
 		return nil, fmt.Errorf("list events: session or run id required")
 	}
+	if p.Type != "" {
+		query += ` AND type = ?`
+		args = append(args, p.Type)
+	}
 	query += ` ORDER BY seq LIMIT ?`
 	args = append(args, limit)
 	rows, err := q.query(ctx, query, args...)

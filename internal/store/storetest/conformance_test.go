@@ -109,6 +109,10 @@ func TestEventsSeqIsGapFreeUnderConcurrency(t *testing.T) {
 				t.Fatalf("last_seq = %d, want %d", sess.LastSeq, want)
 			}
 		}
+		typed, err := s.EventsList(ctx, &store.EventsListParams{SessionID: a, Type: "t2", Limit: 10000})
+		if err != nil || len(typed) != writers*each {
+			t.Fatalf("by type: %d events, %v", len(typed), err)
+		}
 		byRun, err := s.EventsList(ctx, &store.EventsListParams{RunID: "r"})
 		if err != nil || len(byRun) != writers*each {
 			t.Fatalf("by run: %d events, %v", len(byRun), err)

@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentplane/agentplane/internal/fakellm"
+)
+
+// The README's first command: --demo on a fresh SQLite file shows a real
+// agent answering through the LLM proxy, traced and costed.
+func TestDemoModeWorksOutOfTheBox(t *testing.T) {
+	s := startServer(t, "sqlite:"+t.TempDir()+"/demo.db", "--demo")
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(s.output(), "open the chat:") && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond) // the demo lines follow the listening line
+	}
+	m := regexp.MustCompile(`demo user key: (\S+)`).FindStringSubmatch(s.output())
+	if m == nil || !strings.Contains(s.output(), "open the chat: "+s.URL+"/#user=demo&key="+m[1]+"&agent=demo") {
+		t.Fatalf("demo output:\n%s", s.output())
+	}
+	c := dial(t, s, "demo", m[1])
+	c.send(map[string]any{"type": "agent_invoke", "request_id": "r1", "agent_id": "demo", "message": map[string]any{"role": "user", "content": "hello demo"}})
+	msgs := c.untilEnd()
+	done := msgs[len(msgs)-1]
+	if done["type"] != "done" || !strings.Contains(text(msgs), "hello demo") {
+		t.Fatalf("demo reply %q ended %v", text(msgs), done)
+	}
+	if cost, _ := done["total_cost"].(float64); cost <= 0 {
+		t.Fatalf("done carries no cost: %v", done)
+	}
+	var llmDone map[string]any
+	for _, e := range s.events("/v1/runs/" + done["run_id"].(string) + "/events") {
+		if e["type"] == "llm_call_done" {
+			llmDone = e["payload"].(map[string]any)
+		}
+	}
+	if llmDone == nil || llmDone["outcome"] != "ok" || llmDone["prompt_tokens"].(float64) <= 0 || llmDone["completion_tokens"].(float64) <= 0 || llmDone["estimated_cost"].(float64) <= 0 || llmDone["price"] == nil {
+		t.Fatalf("llm_call_done: %v", llmDone)
+	}
+}
+
+func TestLLMProxyAuthAndAttribution(t *testing.T) {
+	eachStore(t, func(t *testing.T, dsn string) {
+		up := httptest.NewServer(fakellm.New(fakellm.Options{}))
+		t.Cleanup(up.Close)
+		s := startServerEnv(t, dsn, []string{"AGENTPLANE_LLM_BASE_URL=" + up.URL + "/v1", "AGENTPLANE_LLM_API_KEY=upstream-secret"})
+		ag := newScriptedAgent(t, modeStream, 2)
+		keyA := s.register("a", ag.URL)
+		keyB := s.register("b", ag.URL)
+		c := dial(t, s, "alice", "alice-key")
+		c.send(map[string]any{"type": "agent_invoke", "request_id": "r", "agent_id": "a", "message": map[string]any{"role": "user", "content": "hi"}})
+		msgs := c.untilEnd()
+		runID, sid := msgs[0]["run_id"].(string), msgs[0]["session_id"].(string)
+		body := map[string]any{"model": "fake-gpt", "messages": []map[string]string{{"role": "user", "content": "ping"}}}
+
+		for name, tc := range map[string]struct {
+			key  string
+			hdr  []string
+			want int
+		}{
+			"no key":               {"", nil, http.StatusUnauthorized},
+			"unknown key":          {"nope", nil, http.StatusUnauthorized},
+			"admin key":            {adminKey, nil, http.StatusForbidden},
+			"user key":             {"alice-key", nil, http.StatusForbidden},
+			"another agent's run":  {keyB, []string{"x-run-id", runID}, http.StatusForbidden},
+			"unknown run":          {keyA, []string{"x-run-id", "run_nope"}, http.StatusForbidden},
+			"run in other session": {keyA, []string{"x-run-id", runID, "x-session-id", "ses_other"}, http.StatusForbidden},
+			"own run":              {keyA, []string{"x-run-id", runID, "x-session-id", sid}, http.StatusOK},
+			"no run":               {keyB, nil, http.StatusOK},
+		} {
+			t.Run(name, func(t *testing.T) {
+				code, resp := s.call("POST", "/v1/chat/completions", tc.key, body, tc.hdr...)
+				if code != tc.want {
+					t.Fatalf("%d %v, want %d", code, resp, tc.want)
+				}
+				if code != 200 && errCode(resp) == "" {
+					t.Fatalf("error without code: %v", resp)
+				}
+			})
+		}
+		// The upstream saw our key, never the agent's.
+		// (fakellm does not enforce a key unless told; check the trace instead.)
+		var calls []map[string]any
+		for _, e := range s.events("/v1/sessions/" + sid + "/events") {
+			if e["type"] == "llm_call_done" {
+				if e["run_id"] != runID {
+					t.Fatalf("llm event attributed to %v", e["run_id"])
+				}
+				calls = append(calls, e["payload"].(map[string]any))
+			}
+		}
+		if len(calls) != 1 || calls[0]["outcome"] != "ok" || calls[0]["prompt_tokens"].(float64) <= 0 {
+			t.Fatalf("run's llm calls: %v", calls)
+		}
+		// The run-less call is attributed to agent b's own session.
+		agentEvents := s.events("/v1/sessions/agent:b/events")
+		if len(agentEvents) != 2 || agentEvents[1]["type"] != "llm_call_done" || agentEvents[1]["run_id"] != "" {
+			raw, _ := json.Marshal(agentEvents)
+			t.Fatalf("agent session events: %s", raw)
+		}
+		// Users cannot use the agent session namespace.
+		c.send(map[string]any{"type": "agent_invoke", "request_id": "x", "session_id": "agent:b", "agent_id": "a", "message": map[string]any{"role": "user", "content": "hi"}})
+		if m := c.next(); m["code"] != "invalid_session_id" {
+			t.Fatalf("user in agent session: %v", m)
+		}
+	})
+}
+
+func TestLLMProxyNotConfigured(t *testing.T) {
+	s := startServer(t, "sqlite:"+t.TempDir()+"/a.db")
+	ag := newScriptedAgent(t, modeStream, 1)
+	key := s.register("a", ag.URL)
+	code, body := s.call("POST", "/v1/chat/completions", key, map[string]any{"model": "m", "messages": []any{}})
+	if code != http.StatusServiceUnavailable || errCode(body) != "llm_not_configured" {
+		t.Fatalf("%d %v", code, body)
+	}
+}

@@ -1,0 +1,402 @@
+package llmproxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// Causes of a call's context being cancelled by the proxy itself.
+var (
+	errFirstByteTimeout = errors.New("no response from upstream within the first-byte timeout")
+	errIdleTimeout      = errors.New("upstream stream idle longer than the idle timeout")
+	errTotalTimeout     = errors.New("call exceeded the total timeout")
+	errClientGone       = errors.New("client went away")
+)
+
+// call is the state of one proxied call, from admission to llm_call_done.
+type call struct {
+	p      *Proxy
+	ep     *endpoint
+	caller Caller
+	id     string
+	start  time.Time
+
+	model, upstreamModel string
+	stream               bool
+	injected             bool // include_usage was turned on by us
+	strip                bool // …and the client did not ask: drop the usage chunk
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// watchdog: one timer serves the first-byte and the idle timeout.
+	dog      *time.Timer
+	gotFirst atomic.Bool
+	ttft     time.Duration
+
+	upstream  string
+	attempts  int
+	status    int
+	usage     Usage
+	haveUsage bool
+	noUsage   bool // the upstream refused the call: no usage is expected
+	chunks    int
+	sawEnd    bool // the stream's last event was read from upstream…
+	complete  bool // …and reached the client: later errors do not fail the call
+	err       *CallError
+	outcome   string
+	wroteHead bool // headers went to the client; errors can no longer be answered
+}
+
+// serveCall handles one metered endpoint.
+func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep *endpoint) {
+	start := time.Now()
+	caller, err := p.auth(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(p.rt.ups) == 0 {
+		writeError(w, errNotConfigured)
+		return
+	}
+	if e := p.lim.admit(caller.AgentID, start); e != nil {
+		writeError(w, e)
+		return
+	}
+	body, err := readBody(r, p.cfg.Limits.MaxRequestBytes)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ri, err := inspectRequest(body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	first, upModel, ok := p.rt.route(ri.model)
+	if !ok {
+		writeError(w, &Error{Status: http.StatusNotFound, Code: CodeModelNotFound,
+			Message: "no upstream serves model " + strconv.Quote(ri.model)})
+		return
+	}
+
+	c := &call{p: p, ep: ep, caller: caller, id: p.newID(), start: start,
+		model: ri.model, upstreamModel: upModel, stream: ri.stream}
+	c.injected = ep.chat && ri.stream && !ri.clientUsage
+	c.strip = c.injected
+	p.rec.Record(caller, EventCallStarted, CallStarted{CallID: c.id, Model: c.model, Endpoint: ep.name, Stream: c.stream})
+
+	c.ctx, c.cancel = context.WithCancelCause(r.Context())
+	total := time.AfterFunc(p.cfg.Timeouts.Total, func() { c.cancel(errTotalTimeout) })
+	defer func() {
+		total.Stop()
+		c.stopDog()
+		c.cancel(context.Canceled)
+	}()
+
+	aborted := c.run(w, r, body, &ri, first)
+	c.finish()
+	if aborted {
+		// Headers and part of the body are out: end the response
+		// abnormally so the client sees an error, not a short success
+		// (the net/http convention, as in httputil.ReverseProxy).
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// readBody reads the request body, refusing more than limit bytes.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	tooLarge := func() error {
+		return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeRequestTooLarge,
+			Message: "request body exceeds " + strconv.FormatInt(limit, 10) + " bytes"}
+	}
+	if r.ContentLength > limit {
+		return nil, tooLarge()
+	}
+	var body []byte
+	if r.ContentLength > 0 {
+		body = make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, body); err != nil {
+			return nil, badRequest(CodeInvalidRequest, "reading request body: "+err.Error())
+		}
+		return body, nil
+	}
+	var b bytes.Buffer
+	n, err := b.ReadFrom(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, badRequest(CodeInvalidRequest, "reading request body: "+err.Error())
+	}
+	if n > limit {
+		return nil, tooLarge()
+	}
+	return b.Bytes(), nil
+}
+
+// failure is a retryable upstream answer kept in case nothing better comes.
+type failure struct {
+	upstream string
+	status   int
+	header   http.Header
+	body     []byte
+}
+
+// run makes the upstream attempts and forwards the answer. It reports
+// whether the response must be aborted.
+func (c *call) run(w http.ResponseWriter, r *http.Request, body []byte, ri *reqInfo, first *upstream) bool {
+	p := c.p
+	cands := p.rt.candidates(first)
+	tried := make([]bool, len(cands))
+	readyAt := make([]time.Time, len(cands)) // set when an upstream asked us to come back (Retry-After)
+	var lastResp *failure                    // the last retryable answer, passed through if nothing better comes
+	var lastErr error
+	for c.attempts < p.cfg.MaxAttempts {
+		i := pickCandidate(tried, readyAt, time.Now(), p.cfg.RetryAfterCap)
+		if i < 0 {
+			break
+		}
+		if wait := time.Until(readyAt[i]); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-c.ctx.Done():
+				t.Stop()
+				c.failCtx()
+				c.answerError(w)
+				return false
+			}
+		}
+		u := cands[i]
+		tried[i], readyAt[i] = true, time.Time{}
+		c.attempts++
+		c.upstream = u.Name
+		upModel := c.upstreamModel
+		if u != first {
+			upModel = upstreamModelFor(u, c.model, c.upstreamModel)
+		}
+		resp, err := c.send(r, u, rewriteRequest(body, ri, upModel, c.injected))
+		if err != nil {
+			c.stopDog()
+			if c.ctx.Err() != nil {
+				c.failCtx()
+				c.answerError(w)
+				return false
+			}
+			lastErr = err
+			continue
+		}
+		if retryable(resp.StatusCode) && c.attempts < p.cfg.MaxAttempts {
+			if ra, ok := retryAfter(resp.Header); ok && ra <= p.cfg.RetryAfterCap {
+				readyAt[i] = time.Now().Add(ra)
+			}
+			if pickCandidate(tried, readyAt, time.Now(), p.cfg.RetryAfterCap) >= 0 {
+				b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+				resp.Body.Close()
+				c.stopDog()
+				if err != nil && c.ctx.Err() != nil {
+					c.failCtx()
+					c.answerError(w)
+					return false
+				}
+				lastResp = &failure{upstream: u.Name, status: resp.StatusCode, header: resp.Header, body: b}
+				continue
+			}
+		}
+		c.upstreamModel = upModel
+		return c.forward(w, resp)
+	}
+	c.stopDog()
+	c.noUsage = true // nothing was generated
+	if lastResp != nil {
+		c.upstream, c.status, c.outcome = lastResp.upstream, lastResp.status, OutcomeError
+		c.err = upstreamError(lastResp.status, lastResp.body)
+		h := w.Header()
+		copyHeader(h, lastResp.header)
+		h.Set("Content-Length", strconv.Itoa(len(lastResp.body)))
+		w.WriteHeader(lastResp.status)
+		c.wroteHead = true
+		_, _ = w.Write(lastResp.body)
+		return false
+	}
+	msg := "no upstream could be reached"
+	if lastErr != nil {
+		msg = "upstream " + c.upstream + " unreachable: " + lastErr.Error()
+	}
+	c.fail(http.StatusBadGateway, OutcomeError, CodeUpstreamError, msg)
+	c.answerError(w)
+	return false
+}
+
+// pickCandidate returns the next upstream to try: the first untried one, else
+// the one that asked to be retried soonest within cap; -1 when none is left.
+func pickCandidate(tried []bool, readyAt []time.Time, now time.Time, limit time.Duration) int {
+	best := -1
+	for i := range tried {
+		if !tried[i] {
+			return i
+		}
+		if !readyAt[i].IsZero() && readyAt[i].Sub(now) <= limit && (best < 0 || readyAt[i].Before(readyAt[best])) {
+			best = i
+		}
+	}
+	return best
+}
+
+// retryable reports whether an upstream status allows another attempt.
+func retryable(status int) bool {
+	return status == http.StatusTooManyRequests || status >= 500
+}
+
+// retryAfter reads retry-after-ms (OpenAI's) or Retry-After (seconds or an
+// HTTP date).
+func retryAfter(h http.Header) (time.Duration, bool) {
+	if v := h.Get("Retry-After-Ms"); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 {
+			return time.Duration(ms * float64(time.Millisecond)), true
+		}
+	}
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0, false
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
+		return time.Duration(s * float64(time.Second)), true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(0, time.Until(t)), true
+	}
+	return 0, false
+}
+
+// send makes one upstream request. The request carries c.ctx, so a client
+// disconnect or a timeout cancels it at once.
+func (c *call) send(r *http.Request, u *upstream, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(c.ctx, http.MethodPost, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.URL = u.endpointURL(c.ep.suffix, r.URL.RawQuery)
+	req.Host = req.URL.Host
+	req.Header = upstreamHeader(r.Header, u.APIKey)
+	req.ContentLength = int64(len(body))
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	// GetBody lets the transport replay the body when a kept-alive
+	// connection turns out dead before anything was written.
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	c.armDog()
+	return c.p.tr.RoundTrip(req)
+}
+
+// armDog starts the first-byte timeout of an attempt.
+func (c *call) armDog() {
+	fb := c.p.cfg.Timeouts.FirstByte
+	if c.dog == nil {
+		c.dog = time.AfterFunc(fb, c.dogFired)
+		return
+	}
+	c.dog.Reset(fb)
+}
+
+func (c *call) dogFired() {
+	if c.gotFirst.Load() {
+		c.cancel(errIdleTimeout)
+	} else {
+		c.cancel(errFirstByteTimeout)
+	}
+}
+
+// touch is called after every read of the upstream body that returned data:
+// the first one records TTFT and switches the watchdog to the idle timeout.
+func (c *call) touch() {
+	if !c.gotFirst.Load() {
+		c.ttft = time.Since(c.start)
+		c.gotFirst.Store(true)
+	}
+	c.dog.Reset(c.p.cfg.Timeouts.Idle)
+}
+
+func (c *call) stopDog() {
+	if c.dog != nil {
+		c.dog.Stop()
+	}
+}
+
+// fail sets the outcome of a call the proxy ends itself.
+func (c *call) fail(status int, outcome, code, msg string) {
+	if c.complete {
+		return
+	}
+	if !c.wroteHead { // else the client already has the upstream's status
+		c.status = status
+	}
+	c.outcome = outcome
+	c.err = &CallError{Code: code, Message: msg}
+}
+
+// failCtx classifies a cancelled call context.
+func (c *call) failCtx() {
+	switch cause := context.Cause(c.ctx); cause {
+	case errFirstByteTimeout, errIdleTimeout, errTotalTimeout:
+		c.fail(http.StatusGatewayTimeout, OutcomeTimeout, CodeUpstreamTimeout, cause.Error())
+	default:
+		// The client's own context: it went away.
+		c.fail(499, OutcomeCancelled, CodeClientCancelled, errClientGone.Error())
+	}
+}
+
+// answerError tells the client what c.fail decided, if it can still hear it.
+func (c *call) answerError(w http.ResponseWriter) {
+	if c.wroteHead || c.outcome == OutcomeCancelled {
+		return
+	}
+	writeError(w, &Error{Status: c.status, Code: c.err.Code, Message: c.err.Message})
+	c.wroteHead = true
+}
+
+// finish records llm_call_done and charges the token budget.
+func (c *call) finish() {
+	if c.outcome == "" {
+		c.outcome = OutcomeOK
+	}
+	d := CallDone{
+		CallID:           c.id,
+		Model:            c.model,
+		Endpoint:         c.ep.name,
+		Stream:           c.stream,
+		Status:           c.status,
+		Outcome:          c.outcome,
+		Upstream:         c.upstream,
+		Attempts:         c.attempts,
+		LatencyMS:        ms(time.Since(c.start)),
+		PromptTokens:     c.usage.PromptTokens,
+		CompletionTokens: c.usage.CompletionTokens,
+		CachedTokens:     c.usage.CachedTokens,
+		ReasoningTokens:  c.usage.ReasoningTokens,
+		TotalTokens:      c.usage.TotalTokens,
+		Chunks:           c.chunks,
+		Error:            c.err,
+	}
+	if c.upstreamModel != c.model {
+		d.UpstreamModel = c.upstreamModel
+	}
+	if c.gotFirst.Load() {
+		d.TTFTMS = ms(c.ttft)
+	}
+	// Usage is partial when the upstream would have reported it but the
+	// call ended (or the upstream answered) without it.
+	d.Partial = !c.haveUsage && !c.noUsage
+	if pr, ok := c.p.priceFor(c.model, c.upstreamModel); ok {
+		d.Price = &pr
+		d.EstimatedCost = pr.Cost(c.usage)
+	}
+	c.p.rec.Record(c.caller, EventCallDone, d)
+	c.p.lim.charge(c.caller.AgentID, c.usage.TotalTokens, time.Now())
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

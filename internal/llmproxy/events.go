@@ -1,0 +1,96 @@
+package llmproxy
+
+import "net/http"
+
+// Caller is who a proxied call is attributed to. RunID and SessionID are
+// empty for calls an agent makes outside a run.
+type Caller struct {
+	AgentID, RunID, SessionID string
+}
+
+// Authenticator resolves the agent key (Authorization: Bearer) and the
+// x-run-id / x-session-id headers into a Caller. It returns an *Error for 401
+// (missing or unknown key) and 403 (a run that is not the agent's); any other
+// error is answered 500.
+type Authenticator func(r *http.Request) (Caller, error)
+
+// Recorder receives trace events. Record must not block the proxied call:
+// enqueue and write behind. The payload is a CallStarted or a CallDone value.
+type Recorder interface {
+	Record(c Caller, eventType string, payload any)
+}
+
+// Event types passed to Recorder.Record.
+const (
+	EventCallStarted = "llm_call_started"
+	EventCallDone    = "llm_call_done"
+)
+
+// Endpoint names as recorded in events.
+const (
+	EndpointChat       = "chat.completions"
+	EndpointResponses  = "responses"
+	EndpointEmbeddings = "embeddings"
+)
+
+// Call outcomes recorded in CallDone.Outcome.
+const (
+	OutcomeOK        = "ok"
+	OutcomeError     = "error"
+	OutcomeCancelled = "cancelled"
+	OutcomeTimeout   = "timeout"
+)
+
+// CallStarted is the payload of llm_call_started, recorded before the first
+// upstream attempt.
+type CallStarted struct {
+	CallID   string `json:"call_id"`
+	Model    string `json:"model"`
+	Endpoint string `json:"endpoint"`
+	Stream   bool   `json:"stream"`
+}
+
+// CallDone is the payload of llm_call_done, recorded once per call whatever
+// its outcome.
+type CallDone struct {
+	CallID string `json:"call_id"`
+	// Model is the model the client asked for; UpstreamModel the one sent
+	// upstream when the route rewrote it.
+	Model         string `json:"model"`
+	UpstreamModel string `json:"upstream_model,omitempty"`
+	Endpoint      string `json:"endpoint"`
+	Stream        bool   `json:"stream"`
+	// Status is the HTTP status the client got: the upstream's, or the
+	// proxy's own (499 when the client went away before any answer, 504 on
+	// a timeout before the first byte).
+	Status   int    `json:"status"`
+	Outcome  string `json:"outcome"`
+	Upstream string `json:"upstream,omitempty"`
+	Attempts int    `json:"attempts"`
+	// LatencyMS is from the request reaching the proxy to the last byte of
+	// the answer; TTFTMS to the first byte of the upstream's response body
+	// (the first SSE event of a stream). Both in milliseconds, µs precision.
+	LatencyMS        float64 `json:"latency_ms"`
+	TTFTMS           float64 `json:"ttft_ms"`
+	PromptTokens     int64   `json:"prompt_tokens"`
+	CompletionTokens int64   `json:"completion_tokens"`
+	CachedTokens     int64   `json:"cached_tokens"`
+	ReasoningTokens  int64   `json:"reasoning_tokens"`
+	TotalTokens      int64   `json:"total_tokens"`
+	// EstimatedCost is in the price table's currency; 0 when the model has
+	// no price (then Price is nil).
+	EstimatedCost float64 `json:"estimated_cost"`
+	Price         *Price  `json:"price"`
+	// Partial says the token counts are incomplete: the call failed, timed
+	// out or was cancelled before the upstream reported usage.
+	Partial bool `json:"partial"`
+	// Chunks is the number of SSE events the upstream sent (streams only).
+	Chunks int        `json:"chunks,omitempty"`
+	Error  *CallError `json:"error,omitempty"`
+}
+
+// CallError says why a call did not end "ok".
+type CallError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
