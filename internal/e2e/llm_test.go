@@ -83,22 +83,30 @@ func TestLLMProxyAuthAndAttribution(t *testing.T) {
 				}
 			})
 		}
-		// The upstream saw our key, never the agent's.
-		// (fakellm does not enforce a key unless told; check the trace instead.)
+		// Recording is written behind the call: wait for it to land.
 		var calls []map[string]any
-		for _, e := range s.events("/v1/sessions/" + sid + "/events") {
-			if e["type"] == "llm_call_done" {
-				if e["run_id"] != runID {
-					t.Fatalf("llm event attributed to %v", e["run_id"])
+		var agentEvents []map[string]any
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			calls = nil
+			for _, e := range s.events("/v1/sessions/" + sid + "/events") {
+				if e["type"] == "llm_call_done" {
+					if e["run_id"] != runID {
+						t.Fatalf("llm event attributed to %v", e["run_id"])
+					}
+					calls = append(calls, e["payload"].(map[string]any))
 				}
-				calls = append(calls, e["payload"].(map[string]any))
+			}
+			if code, _ := s.call("GET", "/v1/sessions/agent:b/events", adminKey, nil); code == 200 {
+				agentEvents = s.events("/v1/sessions/agent:b/events")
+			}
+			if len(calls) == 1 && len(agentEvents) == 2 {
+				break
 			}
 		}
 		if len(calls) != 1 || calls[0]["outcome"] != "ok" || calls[0]["prompt_tokens"].(float64) <= 0 {
 			t.Fatalf("run's llm calls: %v", calls)
 		}
 		// The run-less call is attributed to agent b's own session.
-		agentEvents := s.events("/v1/sessions/agent:b/events")
 		if len(agentEvents) != 2 || agentEvents[1]["type"] != "llm_call_done" || agentEvents[1]["run_id"] != "" {
 			raw, _ := json.Marshal(agentEvents)
 			t.Fatalf("agent session events: %s", raw)

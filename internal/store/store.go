@@ -18,6 +18,10 @@ var (
 	// ErrConflict: a guarded transition matched no row (the state moved on),
 	// a unique constraint refused the insert, or a version check failed.
 	ErrConflict = errors.New("conflict")
+	// ErrDuplicate: an insert met an existing row with the same idempotency
+	// key; the existing row is returned with it so the caller can compare
+	// (same request → replay, different → conflict). It is not ErrConflict.
+	ErrDuplicate = errors.New("duplicate")
 )
 
 // Store is a database: Queries run in their own implicit transaction, InTx
@@ -60,6 +64,28 @@ type Queries interface {
 
 	ContextPut(ctx context.Context, p *ContextPutParams) (*ContextBlob, error)
 	ContextGet(ctx context.Context, ownerID, key string, version int64) (*ContextBlob, error)
+
+	// Tools (the registry). ToolPut reports whether the tool was created.
+	ToolPut(ctx context.Context, p *ToolPutParams) (t *ToolRow, created bool, err error)
+	ToolGet(ctx context.Context, name string) (*ToolRow, error)
+	ToolList(ctx context.Context) ([]*ToolRow, error)
+	ToolDelete(ctx context.Context, name string) error
+
+	// Tool calls. ToolCallInsert returns the existing row with ErrDuplicate
+	// when the run already has a call with that idempotency key.
+	ToolCallInsert(ctx context.Context, p *ToolCallInsertParams) (*ToolCall, error)
+	ToolCallGet(ctx context.Context, toolCallID string) (*ToolCall, error)
+	ToolCallTransition(ctx context.Context, p *ToolCallTransitionParams) (*ToolCall, error)
+	ToolCallListDue(ctx context.Context, p *ToolCallListDueParams) ([]*ToolCall, error)
+	ToolCallListActiveByRun(ctx context.Context, runID string) ([]*ToolCall, error)
+	ToolCallListPendingClient(ctx context.Context, sessionID string) ([]*ToolCall, error)
+
+	// Approvals. ApprovalDecide is guarded on PENDING (and the deadline).
+	ApprovalInsert(ctx context.Context, p *ApprovalInsertParams) (*Approval, error)
+	ApprovalGet(ctx context.Context, approvalID string) (*Approval, error)
+	ApprovalDecide(ctx context.Context, p *ApprovalDecideParams) (*Approval, error)
+	ApprovalList(ctx context.Context, p *ApprovalListParams) ([]*Approval, error)
+	ApprovalListExpired(ctx context.Context, now int64, limit int) ([]*Approval, error)
 
 	InstanceHeartbeat(ctx context.Context, instanceID string, at int64) error
 	InstanceList(ctx context.Context) ([]Instance, error)

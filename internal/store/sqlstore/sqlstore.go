@@ -69,24 +69,27 @@ func (db *DB) Close() error {
 	return err
 }
 
-// InTx runs fn in one write transaction. Rollback ignores the caller's
-// cancellation so a cancelled request never leaves a transaction open.
-func (db *DB) InTx(ctx context.Context, fn func(tx store.Queries) error) (err error) {
+// InTx runs fn in one write transaction. Anything but a successful commit
+// rolls back — an error, and a panic too (on SQLite a transaction left open
+// would hold the only writer connection forever).
+func (db *DB) InTx(ctx context.Context, fn func(tx store.Queries) error) error {
 	tx, err := db.d.BeginTx(ctx, db.write)
 	if err != nil {
 		return fmt.Errorf("begin: %w", db.mapErr(err))
 	}
+	committed := false
 	defer func() {
-		if err != nil {
+		if !committed {
 			_ = tx.Rollback()
 		}
 	}()
-	if err = fn(&queries{d: db.d, w: tx, r: tx}); err != nil {
+	if err := fn(&queries{d: db.d, w: tx, r: tx}); err != nil {
 		return err
 	}
-	if err = tx.Commit(); err != nil {
+	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", db.mapErr(err))
 	}
+	committed = true
 	return nil
 }
 

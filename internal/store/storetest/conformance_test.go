@@ -408,3 +408,23 @@ func TestInstances(t *testing.T) {
 		}
 	})
 }
+
+func TestInTxRollsBackOnPanic(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		s := testdb.Open(t, dialect)
+		ctx := context.Background()
+		sid := newSession(t, s)
+		func() {
+			defer func() { recover() }()
+			s.InTx(ctx, func(tx store.Queries) error {
+				tx.EventsAppend(ctx, []store.EventParams{{SessionID: sid, Type: "x"}})
+				panic("boom")
+			})
+		}()
+		// The writer is free again and nothing was kept.
+		evs, err := s.EventsAppend(ctx, []store.EventParams{{SessionID: sid, Type: "y"}})
+		if err != nil || evs[0].Seq != 1 {
+			t.Fatalf("after a panicking transaction: %v %v", evs, err)
+		}
+	})
+}
