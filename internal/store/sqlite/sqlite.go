@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -48,13 +49,15 @@ func Open(ctx context.Context, path string) (*sqlstore.DB, error) {
 	}
 	// synchronous(FULL): a commit is on disk before its events are delivered
 	// (DESIGN §2.1); group commit in the event log keeps that cheap.
-	q := url.Values{}
-	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(ON)"} {
-		q.Add("_pragma", p)
-	}
-	q.Set("_txlock", "immediate")
-	dsn := "file:" + path + "?" + q.Encode()
-	write, err := sql.Open("sqlite", dsn)
+	// temp_store(MEMORY): statement journals of the batch's multi-row
+	// statements stay in memory instead of spilling to a temp file page by
+	// page (16 % of the server's CPU under the foundation benchmark).
+	pragmas := []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(ON)", "temp_store(MEMORY)"}
+	dsn := sqliteDSN(path, pragmas)
+	// The writer never checkpoints: a checkpoint inside a commit stalls the
+	// whole event log (60-900 ms seen). A background PASSIVE checkpoint on a
+	// reader connection does it instead without blocking the writer.
+	write, err := sql.Open("sqlite", sqliteDSN(path, append(pragmas, "wal_autocheckpoint(0)")))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -75,5 +78,41 @@ func Open(ctx context.Context, path string) (*sqlstore.DB, error) {
 	n := max(4, runtime.GOMAXPROCS(0)*2)
 	read.SetMaxOpenConns(n)
 	read.SetMaxIdleConns(n)
-	return sqlstore.New(dialect, write, read), nil
+	db := sqlstore.New(dialect, write, read)
+	db.OnClose(startCheckpointer(read))
+	return db, nil
+}
+
+func sqliteDSN(path string, pragmas []string) string {
+	q := url.Values{}
+	for _, p := range pragmas {
+		q.Add("_pragma", p)
+	}
+	q.Set("_txlock", "immediate")
+	return "file:" + path + "?" + q.Encode()
+}
+
+// checkpointEvery paces the background WAL checkpoint.
+const checkpointEvery = 250 * time.Millisecond
+
+// startCheckpointer copies the WAL back into the database file in the
+// background (PASSIVE: it never waits for, nor blocks, the writer), keeping
+// the WAL small now that the writer does not. It returns its stop function.
+func startCheckpointer(db *sql.DB) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(checkpointEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_, _ = db.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }

@@ -33,13 +33,11 @@ func (q *queries) EventsAppend(ctx context.Context, events []store.EventParams) 
 		counts[s]++
 	}
 	next := make(map[string]int64, len(order))
-	for _, s := range order {
-		var last int64
-		err := q.queryRow(ctx, true, `UPDATE sessions SET last_seq = last_seq + ? WHERE session_id = ? RETURNING last_seq`, counts[s], s).Scan(&last)
-		if err != nil {
-			return nil, fmt.Errorf("allocate seq for session %s: %w", s, mapErr(q.d, err))
+	for start := 0; start < len(order); start += seqUpdateChunk {
+		chunk := order[start:min(start+seqUpdateChunk, len(order))]
+		if err := q.bumpSeqs(ctx, chunk, counts, next); err != nil {
+			return nil, err
 		}
-		next[s] = last - counts[s] + 1
 	}
 	out := make([]store.Event, len(events))
 	for i := range events {
@@ -72,6 +70,53 @@ func (q *queries) EventsAppend(ctx context.Context, events []store.EventParams) 
 		}
 	}
 	return out, nil
+}
+
+// seqUpdateChunk bounds the sessions whose counters one statement bumps.
+const seqUpdateChunk = 256
+
+// bumpSeqs advances the counters of sessions in ONE statement (a batch of
+// 200 streaming sessions would otherwise cost 200 statements — 200 round
+// trips on PostgreSQL) and records each session's first new seq in next.
+// UPDATE … FROM (VALUES …) RETURNING works on both databases.
+func (q *queries) bumpSeqs(ctx context.Context, sessions []string, counts, next map[string]int64) error {
+	var b strings.Builder
+	b.WriteString(`UPDATE sessions SET last_seq = last_seq + v.column2 FROM (VALUES `)
+	args := make([]any, 0, 2*len(sessions))
+	for i, s := range sessions {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(CAST(? AS TEXT), CAST(? AS BIGINT))")
+		args = append(args, s, counts[s])
+	}
+	b.WriteString(`) AS v WHERE sessions.session_id = v.column1 RETURNING sessions.session_id, sessions.last_seq`)
+	rows, err := q.w.QueryContext(ctx, q.bind(b.String()), args...)
+	if err != nil {
+		return fmt.Errorf("allocate seqs: %w", mapErr(q.d, err))
+	}
+	defer rows.Close()
+	found := 0
+	for rows.Next() {
+		var id string
+		var last int64
+		if err := rows.Scan(&id, &last); err != nil {
+			return fmt.Errorf("allocate seqs: %w", err)
+		}
+		next[id] = last - counts[id] + 1
+		found++
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("allocate seqs: %w", mapErr(q.d, err))
+	}
+	if found != len(sessions) {
+		for _, s := range sessions {
+			if _, ok := next[s]; !ok {
+				return fmt.Errorf("allocate seq for session %s: %w", s, store.ErrNotFound)
+			}
+		}
+	}
+	return nil
 }
 
 // EventsList pages a session's or a run's events in seq order.

@@ -34,10 +34,15 @@ type Dialect struct {
 // PostgreSQL the same pool.
 type DB struct {
 	*queries
-	d     *Dialect
-	write *sql.DB
-	read  *sql.DB
+	d       *Dialect
+	write   *sql.DB
+	read    *sql.DB
+	closers []func() // background work of the driver, stopped before the pools close
 }
+
+// OnClose registers fn to run (once) when the store closes, before its
+// connections do.
+func (db *DB) OnClose(fn func()) { db.closers = append(db.closers, fn) }
 
 // New wraps open pools. read may equal write.
 func New(d *Dialect, write, read *sql.DB) *DB {
@@ -60,8 +65,12 @@ func (db *DB) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the pools.
+// Close stops the driver's background work and closes the pools.
 func (db *DB) Close() error {
+	for _, fn := range db.closers {
+		fn()
+	}
+	db.closers = nil
 	err := db.write.Close()
 	if db.read != db.write {
 		err = errors.Join(err, db.read.Close())
