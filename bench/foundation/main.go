@@ -1,0 +1,57 @@
+// Command foundation measures the foundation of agentplane (issue 2) on
+// loopback, against the real `agentplane serve` binary running as its own
+// process, each time next to a baseline measured in the same run:
+//
+//	go run ./bench/foundation latency   # agent SSE write → client WebSocket receive, 200 runs × 20 deltas/s
+//	go run ./bench/foundation memory    # memory per idle WebSocket connection at 10,000 connections
+//
+// Sustained event appends are a `go test` benchmark in this directory:
+//
+//	go test -run '^$' -bench . -benchtime 5s ./bench/foundation
+//
+// The other subcommands (relay, echo-server) are the baselines' server
+// processes; the tool starts them itself.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+const usage = `usage: go run ./bench/foundation <command> [flags]
+
+commands:
+  latency       delivery latency, agent SSE write → client WebSocket receive
+  memory        memory per idle WebSocket connection
+  relay         (internal) the latency baseline: a relay without persistence
+  echo-server   (internal) the memory baseline: a bare gorilla/websocket echo server
+
+run "go run ./bench/foundation <command> -h" for its flags.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	var err error
+	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
+	case "latency":
+		err = latencyMain(args)
+	case "memory":
+		err = memoryMain(args)
+	case "relay":
+		err = relayMain(args)
+	case "echo-server":
+		err = echoServerMain(args)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "unknown command %q\n\n%s", cmd, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "foundation:", err)
+		os.Exit(1)
+	}
+}
