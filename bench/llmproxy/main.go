@@ -1,8 +1,10 @@
 // Command llmproxy-bench measures the latency agentplane's LLM proxy adds,
-// on loopback, with open-loop load (requests are sent on a fixed schedule,
-// whether or not earlier ones have finished, and latency is counted from the
-// scheduled send time, so a slow server cannot slow the load down and hide
-// its own queueing).
+// on loopback, with open-loop load: requests are sent on a fixed schedule,
+// each on its own goroutine, whether or not earlier ones have finished, so
+// a slow server cannot slow the load down and hide its own queueing.
+// Latency is measured from the moment a request is sent to its last byte;
+// how late the generator itself sent it is reported apart ("generator
+// lag").
 //
 // In one run it compares, for each rate and for non-streaming and streaming
 // chat completions:
@@ -13,7 +15,10 @@
 //	           batching, write-behind recorder like the real event log's
 //
 // and reports p50/p90/p99 and agentplane's added latency over the bare
-// reverse proxy. Rounds interleave the targets so drift hits all alike.
+// reverse proxy. Rounds interleave the targets so drift hits all alike, and
+// a round during which other processes on the machine used more than
+// -max-external cores is redone (two cores leave no room for a neighbour's
+// build in the tail latencies).
 //
 //	go run ./bench/llmproxy                                   # the comparison
 //	go run ./bench/llmproxy -soak -duration 10m -rate 1000    # memory over time
@@ -35,8 +40,8 @@ func main() {
 		rates    = flag.String("rates", "500,1000", "request rates to measure, per second")
 		duration = flag.Duration("duration", 3*time.Second, "measured time per target and round (soak: total time)")
 		warmup   = flag.Duration("warmup", 500*time.Millisecond, "unmeasured load before each measurement")
-		rounds   = flag.Int("rounds", 10, "rounds; each round measures every target once, in turn")
-		maxLag   = flag.Duration("max-lag", 3*time.Millisecond, "drop rounds where the generator ran this late (p99)")
+		rounds   = flag.Int("rounds", 6, "rounds; each round measures every target once, in turn")
+		maxExt   = flag.Float64("max-external", 0.15, "redo rounds during which other processes used more CPU than this (cores); 0 keeps every round")
 		modes    = flag.String("modes", "json,stream", "json (non-streaming) and/or stream")
 		soak     = flag.Bool("soak", false, "soak the proxy alone and print memory over time")
 		rate     = flag.Int("rate", 1000, "soak: request rate per second")
@@ -90,5 +95,5 @@ func main() {
 		}
 		rs = append(rs, r)
 	}
-	runComparison(env, rs, strings.Split(*modes, ","), *duration, *warmup, *rounds, *maxLag)
+	runComparison(env, rs, strings.Split(*modes, ","), *duration, *warmup, *rounds, *maxExt)
 }

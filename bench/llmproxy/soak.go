@@ -17,11 +17,12 @@ import (
 // must stay flat, not grow with the number of calls served.
 func runSoak(e *env, rate int, d, every time.Duration) {
 	fmt.Printf("Soak: agentplane only, %d req/s open loop (half streaming), %v, every call recorded.\n\n", rate, d)
-	fmt.Println("| elapsed | requests | errors (shed) | p50 | p99 | heap alloc | heap in use | RSS | goroutines | recorded |")
-	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| elapsed | requests | errors (shed) | p50 | p99 | heap alloc | heap in use | RSS | goroutines | recorded | other processes |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	interval := time.Second / time.Duration(rate)
 	start := time.Now()
 	next := start.Add(every)
+	m0, s0, w0 := machineCPU(), cpuTime(), start
 	var (
 		mu      sync.Mutex
 		window  []sample
@@ -78,9 +79,12 @@ func runSoak(e *env, rate int, d, every time.Duration) {
 			mu.Lock()
 			sh := shed
 			mu.Unlock()
-			fmt.Printf("| %v | %d | %d (%d) | %s | %s | %.1f MiB | %.1f MiB | %.1f MiB | %d | %d |\n",
+			m1, s1 := machineCPU(), cpuTime()
+			others := (m1 - m0 - (s1 - s0)).Seconds() / now.Sub(w0).Seconds()
+			m0, s0, w0 = m1, s1, now
+			fmt.Printf("| %v | %d | %d (%d) | %s | %s | %.1f MiB | %.1f MiB | %.1f MiB | %d | %d | %.2f cores |\n",
 				now.Sub(start).Round(time.Second), total, errs, sh, us(st.p50), us(st.p99),
-				mib(ms.HeapAlloc), mib(ms.HeapInuse), mib(rssBytes()), runtime.NumGoroutine(), e.rec.calls.Load())
+				mib(ms.HeapAlloc), mib(ms.HeapInuse), mib(rssBytes()), runtime.NumGoroutine(), e.rec.calls.Load(), others)
 		}
 	}
 	wg.Wait()

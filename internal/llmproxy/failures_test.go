@@ -485,3 +485,24 @@ func TestStreamCompleteAtLastEvent(t *testing.T) {
 		})
 	}
 }
+
+func TestTotalTimeout(t *testing.T) {
+	up := newUpstream(t, fakellm.Options{ChunkDelay: 100 * time.Millisecond})
+	cfg := singleUpstream(up)
+	cfg.Timeouts.Total = 350 * time.Millisecond // the stream takes ~1.5 s, each chunk well within the idle timeout
+	e := newEnv(t, cfg)
+	client := e.client(t, nil)
+	stream := client.Chat.Completions.NewStreaming(context.Background(), userMessage("a long answer of many words that takes a while"))
+	n := 0
+	for stream.Next() {
+		n++
+	}
+	if stream.Err() == nil {
+		t.Error("stream cut by the total timeout ended cleanly")
+	}
+	d := e.rec.waitDone(t)
+	if d.Outcome != "timeout" || !d.Partial || d.Error == nil || !strings.Contains(d.Error.Message, "total") || d.Chunks < n {
+		t.Errorf("done = %+v (%+v), client got %d chunks", d, d.Error, n)
+	}
+	<-up.gone
+}
