@@ -407,14 +407,17 @@ func TestInvokeIdleTimeout(t *testing.T) {
 		srv := agentServer(t, func(w http.ResponseWriter, r *http.Request) {
 			startSSE(w)
 			send(w, "state", `{"state":"working"}`)
-			for range 30 { // 1.2s of keep-alives, three times the idle timeout
-				time.Sleep(40 * time.Millisecond)
+			// 4.5 s of keep-alives, three times the idle timeout. The window
+			// is wide because a loaded CI machine under -race can stall a
+			// goroutine for hundreds of milliseconds.
+			for range 90 {
+				time.Sleep(50 * time.Millisecond)
 				raw(w, ": keep-alive\n\n")
 			}
 			send(w, "done", `{}`)
 		})
 		c := testClient(t)
-		c.IdleTimeout = 400 * time.Millisecond
+		c.IdleTimeout = 1500 * time.Millisecond
 		if _, err := c.Invoke(t.Context(), srv.URL, testReq, collect(new([]StreamEvent))); err != nil {
 			t.Fatal(err)
 		}
