@@ -43,7 +43,9 @@ func helloConn(t *testing.T, url string) *websocket.Conn {
 }
 
 func TestPingKeepsLiveClientsAndDropsDeadOnes(t *testing.T) {
-	url := newTestServer(t, Options{PingInterval: 100 * time.Millisecond, PongWait: 400 * time.Millisecond})
+	// Margins are wide: a loaded -race CI machine can stall a goroutine for
+	// hundreds of milliseconds, which must not look like a dead client.
+	url := newTestServer(t, Options{PingInterval: 200 * time.Millisecond, PongWait: 1500 * time.Millisecond})
 
 	live := helloConn(t, url) // gorilla answers pings with pongs while reading
 	dead := helloConn(t, url)
@@ -52,11 +54,11 @@ func TestPingKeepsLiveClientsAndDropsDeadOnes(t *testing.T) {
 
 	liveErr := make(chan error, 1)
 	go func() {
-		live.SetReadDeadline(time.Now().Add(1500 * time.Millisecond))
+		live.SetReadDeadline(time.Now().Add(4 * time.Second))
 		_, _, err := live.ReadMessage()
 		liveErr <- err
 	}()
-	dead.SetReadDeadline(time.Now().Add(5 * time.Second))
+	dead.SetReadDeadline(time.Now().Add(15 * time.Second))
 	_, _, err := dead.ReadMessage()
 	if err == nil || strings.Contains(err.Error(), "timeout") {
 		t.Fatalf("a client that never pongs was not dropped: %v", err)
