@@ -417,3 +417,17 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 }
 
 func testdbDSN(t *testing.T, dialect string) string { return testdb.DSN(t, dialect) }
+
+// invokeUntilDeltas starts a run of agentID in a new session and reads
+// until n deltas arrived; it returns run_started and the last message read.
+func (c *client) invokeUntilDeltas(agentID string, n int) (started, last map[string]any) {
+	c.t.Helper()
+	c.send(map[string]any{"type": "agent_invoke", "request_id": "r1", "agent_id": agentID, "message": map[string]any{"role": "user", "content": "go"}})
+	started = c.next()
+	for deltas := 0; deltas < n; {
+		if last = c.next(); last["type"] == "delta" {
+			deltas++
+		}
+	}
+	return started, last
+}

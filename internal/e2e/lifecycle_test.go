@@ -12,15 +12,7 @@ func TestKilledServerFailsItsRunsOnRestart(t *testing.T) {
 		ag := newScriptedAgent(t, modeStreamForever, 0)
 		s.register("forever", ag.URL)
 		c := dial(t, s, "alice", "alice-key")
-		c.send(map[string]any{"type": "agent_invoke", "request_id": "r1", "agent_id": "forever", "message": map[string]any{"role": "user", "content": "go"}})
-		started := c.next()
-		var last map[string]any
-		for deltas := 0; deltas < 3; {
-			last = c.next()
-			if last["type"] == "delta" {
-				deltas++
-			}
-		}
+		started, last := c.invokeUntilDeltas("forever", 3)
 		s.kill() // no chance to clean up
 		s.restart()
 
@@ -74,13 +66,7 @@ func TestGracefulShutdown(t *testing.T) {
 			ag := newScriptedAgent(t, modeStreamForever, 0)
 			s.register("forever", ag.URL)
 			c := dial(t, s, "alice", "alice-key")
-			c.send(map[string]any{"type": "agent_invoke", "request_id": "r1", "agent_id": "forever", "message": map[string]any{"role": "user", "content": "go"}})
-			started := c.next()
-			for deltas := 0; deltas < 2; {
-				if c.next()["type"] == "delta" {
-					deltas++
-				}
-			}
+			started, _ := c.invokeUntilDeltas("forever", 2)
 			stopped := time.Now()
 			s.stop()
 			if d := time.Since(stopped); d > 10*time.Second {

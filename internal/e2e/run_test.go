@@ -182,14 +182,8 @@ func TestCancelMidStreamClosesTheAgentRequest(t *testing.T) {
 		ag := newScriptedAgent(t, modeStreamForever, 0)
 		s.register("forever", ag.URL)
 		c := dial(t, s, "alice", "alice-key")
-		c.send(map[string]any{"type": "agent_invoke", "request_id": "r1", "agent_id": "forever", "message": map[string]any{"role": "user", "content": "go"}})
-		started := c.next()
+		started, _ := c.invokeUntilDeltas("forever", 3)
 		runID := started["run_id"].(string)
-		for deltas := 0; deltas < 3; {
-			if c.next()["type"] == "delta" {
-				deltas++
-			}
-		}
 		c.send(map[string]any{"type": "cancel_run", "request_id": "c1", "run_id": runID})
 		msgs := c.untilEnd()
 		end := msgs[len(msgs)-1]

@@ -12,14 +12,23 @@ import (
 
 var messageRoles = map[string]bool{"user": true, "assistant": true, "system": true, "tool": true}
 
-func (a *API) messagesList(w http.ResponseWriter, r *http.Request) {
+// sessionFor authenticates r and checks it may use the path's session.
+func (a *API) sessionFor(w http.ResponseWriter, r *http.Request) (auth.Principal, string, bool) {
 	p, ok := a.principal(w, r)
 	if !ok {
-		return
+		return p, "", false
 	}
 	id := r.PathValue("session_id")
 	if err := a.sessionAccess(r, p, id); err != nil {
 		respond.Err(w, r, err)
+		return p, "", false
+	}
+	return p, id, true
+}
+
+func (a *API) messagesList(w http.ResponseWriter, r *http.Request) {
+	_, id, ok := a.sessionFor(w, r)
+	if !ok {
 		return
 	}
 	limit, err := intParam(r, "limit", 100)
@@ -40,13 +49,8 @@ func (a *API) messagesList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) messageAppend(w http.ResponseWriter, r *http.Request) {
-	p, ok := a.principal(w, r)
+	p, id, ok := a.sessionFor(w, r)
 	if !ok {
-		return
-	}
-	id := r.PathValue("session_id")
-	if err := a.sessionAccess(r, p, id); err != nil {
-		respond.Err(w, r, err)
 		return
 	}
 	var body struct {

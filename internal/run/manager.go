@@ -65,7 +65,6 @@ type Manager struct {
 
 type activeRun struct {
 	cancel context.CancelCauseFunc
-	done   chan struct{}
 
 	mu    sync.Mutex // orders delta appends against Cancel
 	ended bool       // set by Cancel under mu

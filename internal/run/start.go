@@ -124,7 +124,7 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 // launch registers the run as active and drives it in the background.
 func (m *Manager) launch(run *store.Run, ag *store.Agent, p StartParams, traceparent string) {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	a := &activeRun{cancel: cancel, done: make(chan struct{})}
+	a := &activeRun{cancel: cancel}
 	m.mu.Lock()
 	m.active[run.RunID] = a
 	m.wg.Add(1)
@@ -135,7 +135,6 @@ func (m *Manager) launch(run *store.Run, ag *store.Agent, p StartParams, tracepa
 			m.mu.Lock()
 			delete(m.active, run.RunID)
 			m.mu.Unlock()
-			close(a.done)
 			m.wg.Done()
 		}()
 		m.execute(ctx, run, ag, p, traceparent)
