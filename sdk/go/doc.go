@@ -12,7 +12,16 @@
 //	http.ListenAndServe("127.0.0.1:9001", h)
 //
 // Inside a handler, req.Client() is a Client bound to the run (transcript,
-// context store, heartbeats), and req.OpenAIBaseURL, req.OpenAIAPIKey and
-// req.OpenAIHeaders configure any OpenAI-compatible SDK to send its calls
-// through the platform's LLM proxy.
+// context store, tool calls, heartbeats), and req.OpenAIBaseURL,
+// req.OpenAIAPIKey and req.OpenAIHeaders configure any OpenAI-compatible SDK
+// to send its calls through the platform's LLM proxy.
+//
+// A tool call waits for approvals and client tools by itself and returns the
+// result, or a *ToolError saying why the call failed:
+//
+//	res, err := req.Client().Tools().Invoke(ctx, "demo.weather", map[string]any{"city": "Paris"})
+//	var te *agentplane.ToolError
+//	if errors.As(err, &te) && te.Code == "rejected" {
+//		return s.Delta("the request was rejected")
+//	}
 package agentplane

@@ -16,8 +16,9 @@ import (
 
 // HandlerFunc runs one invocation of the agent. It streams output through s
 // and returns nil to end the run with `event: done`, an *Error (possibly
-// wrapped) to end it with that code, or any other error to end it with
-// CodeAgentException. A panic is recovered and reported like an error.
+// wrapped) to end it with that code, a *ToolError (an unhandled tool call
+// failure) to end it with the tool call's code, or any other error to end it
+// with CodeAgentException. A panic is recovered and reported like an error.
 //
 // ctx is cancelled when the platform closes the request (the run was
 // cancelled) or the server shuts down; the handler should then return
@@ -182,6 +183,12 @@ func (a *AgentHandler) finish(s *sseStream, herr error, log *slog.Logger) {
 			data.Code = CodeAgentException
 		}
 		log.Debug("run ended with an agent error", "code", e.Code, "message", e.Message)
+	} else if te := (*ToolError)(nil); errors.As(herr, &te) {
+		// A tool call failure the handler did not handle: the run ends with
+		// the tool call's code ("rejected", "client_offline"…), as it would
+		// under on_failure: fail_run.
+		data = errorData{Code: te.Code, Message: te.Error()}
+		log.Debug("run ended with a tool call failure", "code", te.Code, "tool_call_id", te.ToolCallID)
 	} else {
 		log.Error("agent handler failed", "err", herr)
 	}

@@ -132,6 +132,13 @@ func TestInvokeErrors(t *testing.T) {
 			code: "upstream_timeout", message: "model too slow",
 		},
 		{
+			name: "unhandled tool call failure",
+			handler: func(context.Context, *agentplane.Request, agentplane.Stream) error {
+				return fmt.Errorf("paying: %w", &agentplane.ToolError{ToolName: "pay", ToolCallID: "tc_1", Code: "rejected", Message: "too much"})
+			},
+			code: "rejected", message: "too much",
+		},
+		{
 			name: "plain error",
 			handler: func(context.Context, *agentplane.Request, agentplane.Stream) error {
 				return errors.New("boom")

@@ -1,0 +1,13 @@
+package agentplane
+
+import "time"
+
+// Jitter exposes jitter to the tests.
+var Jitter = jitter
+
+// WithToolTiming shortens InvokeTool's pauses so the tests run fast: the
+// pause between :wait rounds is drawn from [pauseMin, pauseMax] and the
+// retry backoff starts at retryBase.
+func WithToolTiming(pauseMin, pauseMax, retryBase time.Duration) ToolOption {
+	return func(o *toolOptions) { o.pauseMin, o.pauseMax, o.retryBase = pauseMin, pauseMax, retryBase }
+}

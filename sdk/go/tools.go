@@ -1,0 +1,374 @@
+package agentplane
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Tool call statuses as the platform reports them (ToolCall.Status).
+const (
+	ToolStatusSucceeded = "succeeded"
+	ToolStatusPending   = "pending"
+	ToolStatusFailed    = "failed"
+)
+
+// Timing of InvokeTool. The defaults follow seed 001 §2.1: short long-polls
+// that no gateway cuts, a jittered pause between them so that many agents
+// woken together do not poll in lockstep, and a bounded retry of transient
+// failures.
+const (
+	// ToolWaitTimeout is the long-poll each :wait call asks for. It stays well
+	// under the 60 s idle timeout of common proxies and load balancers.
+	ToolWaitTimeout = 30 * time.Second
+	// ToolWaitPauseMin and ToolWaitPauseMax bound the random pause between
+	// two :wait rounds. :wait answers at once when the call is terminal, so
+	// the pause is only paid after a round that timed out still pending;
+	// 200–800 ms costs nothing against a 30 s round and breaks up herds.
+	ToolWaitPauseMin = 200 * time.Millisecond
+	ToolWaitPauseMax = 800 * time.Millisecond
+	// ToolMaxAttempts bounds how often one request (an invoke or one :wait)
+	// is sent when it fails with a connection error or 502/503/504. The
+	// backoff between attempts doubles from toolRetryBase up to toolRetryCap,
+	// jittered.
+	ToolMaxAttempts = 5
+)
+
+const (
+	toolRetryBase = 100 * time.Millisecond
+	toolRetryCap  = 2 * time.Second
+)
+
+// ToolCall is the platform's view of one tool call (GET /v1/tool_calls/{id}).
+type ToolCall struct {
+	ToolCallID string `json:"tool_call_id"`
+	ToolName   string `json:"tool_name"`
+	RunID      string `json:"run_id"`
+	// Status is ToolStatusSucceeded, ToolStatusPending or ToolStatusFailed.
+	Status string `json:"status"`
+	// State is the raw state, e.g. "WAITING_APPROVAL", "SUCCEEDED", "REJECTED".
+	State string `json:"state"`
+	// Result is the tool's answer when Status is succeeded.
+	Result json.RawMessage `json:"result,omitempty"`
+	// Error says why when Status is failed.
+	Error *ToolCallError `json:"error,omitempty"`
+	// ApprovalID is set when the call needs (or needed) an approval.
+	ApprovalID string `json:"approval_id,omitempty"`
+	// CreatedAt and UpdatedAt are the platform's timestamps, as sent.
+	CreatedAt json.RawMessage `json:"created_at,omitempty"`
+	UpdatedAt json.RawMessage `json:"updated_at,omitempty"`
+}
+
+// ToolCallError is the error object of a failed tool call.
+type ToolCallError struct {
+	Code    string          `json:"code"`
+	Message string          `json:"message"`
+	Detail  json.RawMessage `json:"detail,omitempty"`
+}
+
+// ToolError is a tool call that ended failed: the platform answered, and the
+// call is over. Code is the platform's error code: the lower-case state
+// ("rejected", "blocked", "timeout", "expired", "cancelled") or, for FAILED,
+// the cause ("client_offline", "tool_http_error", "tool_unreachable",
+// "tool_protocol_error", "tool_error", "failed"). Find it with errors.As.
+//
+// A handler that returns a *ToolError (wrapped or not) ends its run with
+// `event: error {code: Code}`, so an unhandled rejection reads as one.
+type ToolError struct {
+	ToolName   string
+	ToolCallID string
+	// State is the call's final raw state, e.g. "REJECTED".
+	State   string
+	Code    string
+	Message string
+	// Detail is the error's detail object, if the platform sent one.
+	Detail json.RawMessage
+	// ApprovalID is the approval the call went through, if any.
+	ApprovalID string
+}
+
+func (e *ToolError) Error() string {
+	msg := fmt.Sprintf("agentplane: tool %s failed (%s)", e.ToolName, e.Code)
+	if e.Message != "" {
+		msg += ": " + e.Message
+	}
+	if e.ToolCallID != "" {
+		msg += " [tool call " + e.ToolCallID + "]"
+	}
+	return msg
+}
+
+// FunctionTool is one tool as an OpenAI function-calling tool, ready to be
+// passed in a chat completion request's "tools".
+type FunctionTool struct {
+	Type     string       `json:"type"`
+	Function FunctionSpec `json:"function"`
+}
+
+// FunctionSpec is the "function" object of a FunctionTool. Name is the
+// tool's name with every "." replaced by "__" (see ToolNameFromFunction).
+type FunctionSpec struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+}
+
+// ToolNameFromFunction maps an OpenAI function name, as a model returns it
+// in a tool call, back to the platform's tool name ("payments__transfer" →
+// "payments.transfer").
+func ToolNameFromFunction(functionName string) string {
+	return strings.ReplaceAll(functionName, "__", ".")
+}
+
+// ToolOption tunes one InvokeTool call.
+type ToolOption func(*toolOptions)
+
+type toolOptions struct {
+	idempotencyKey string
+	timeout        time.Duration
+	onPending      func(ToolCall)
+
+	waitTimeout        time.Duration
+	pauseMin, pauseMax time.Duration
+	retryBase          time.Duration
+}
+
+// WithIdempotencyKey sets the call's idempotency key. The platform answers
+// the same key (within the run) with the same tool call, so a caller that
+// may repeat an invoke — after a crash, say — passes a key derived from its
+// own state. Without it InvokeTool draws a random key, once per call.
+func WithIdempotencyKey(key string) ToolOption {
+	return func(o *toolOptions) { o.idempotencyKey = key }
+}
+
+// WithToolTimeout overrides the tool's execution timeout for this call
+// (sent as timeout_ms). It bounds the platform's wait for the tool, not
+// InvokeTool: bound that with ctx.
+func WithToolTimeout(d time.Duration) ToolOption {
+	return func(o *toolOptions) { o.timeout = d }
+}
+
+// WithOnPending calls f once, with the invoke's answer, when the call does
+// not finish at once (it waits for an approval or for the user's client).
+// A handler can use it to tell the user what it is waiting for.
+func WithOnPending(f func(ToolCall)) ToolOption {
+	return func(o *toolOptions) { o.onPending = f }
+}
+
+// Tools groups the tool calls of a Client: client.Tools().Invoke(ctx, name, args).
+type Tools struct{ c *Client }
+
+// Tools returns c's tool-call methods.
+func (c *Client) Tools() Tools { return Tools{c: c} }
+
+// Invoke is Client.InvokeTool.
+func (t Tools) Invoke(ctx context.Context, name string, args any, opts ...ToolOption) (json.RawMessage, error) {
+	return t.c.InvokeTool(ctx, name, args, opts...)
+}
+
+// List is Client.ListTools.
+func (t Tools) List(ctx context.Context) ([]FunctionTool, error) { return t.c.ListTools(ctx) }
+
+// Get is Client.ToolCall.
+func (t Tools) Get(ctx context.Context, toolCallID string) (*ToolCall, error) {
+	return t.c.ToolCall(ctx, toolCallID)
+}
+
+type invokeToolBody struct {
+	RunID          string `json:"run_id"`
+	Args           any    `json:"args"`
+	IdempotencyKey string `json:"idempotency_key"`
+	TimeoutMS      int64  `json:"timeout_ms,omitempty"`
+}
+
+// InvokeTool calls the tool name with args (marshalled as JSON; a
+// json.RawMessage is sent as is; nil sends {}) for c's run and returns the
+// tool's result once the call is over.
+//
+// It sends POST /v1/tools/{name}:invoke; while the call is pending (waiting
+// for an approval, the user's client or a slow tool) it long-polls
+// POST /v1/tool_calls/{id}:wait in rounds of ToolWaitTimeout, pausing a
+// random ToolWaitPauseMin–ToolWaitPauseMax between rounds. Each request is
+// retried, with the same idempotency key, on connection errors and
+// 502/503/504 (at most ToolMaxAttempts sends, with backoff); a 4xx answer is
+// returned at once as an *APIError.
+//
+// A call that ends failed is returned as a *ToolError. ctx bounds the whole
+// call: when it ends, InvokeTool returns an error wrapping ctx.Err() that
+// names the tool call, which keeps going on the platform (read it later with
+// ToolCall).
+func (c *Client) InvokeTool(ctx context.Context, name string, args any, opts ...ToolOption) (json.RawMessage, error) {
+	o := toolOptions{waitTimeout: ToolWaitTimeout, pauseMin: ToolWaitPauseMin, pauseMax: ToolWaitPauseMax, retryBase: toolRetryBase}
+	for _, f := range opts {
+		f(&o)
+	}
+	if name == "" {
+		return nil, errors.New("agentplane: invoke tool: no tool name")
+	}
+	if c.RunID == "" {
+		return nil, fmt.Errorf("agentplane: invoke tool %s: no run id (use Request.Client or WithRun)", name)
+	}
+	if o.idempotencyKey == "" {
+		o.idempotencyKey = newIdempotencyKey()
+	}
+	if args == nil {
+		args = struct{}{}
+	}
+	body := invokeToolBody{RunID: c.RunID, Args: args, IdempotencyKey: o.idempotencyKey}
+	if o.timeout > 0 {
+		body.TimeoutMS = max(1, o.timeout.Milliseconds())
+	}
+	var tc ToolCall
+	if err := c.retrying(ctx, o, http.MethodPost, "/v1/tools/"+url.PathEscape(name)+":invoke", nil, body, &tc); err != nil {
+		return nil, fmt.Errorf("agentplane: invoke tool %s: %w", name, err)
+	}
+	if tc.Status == ToolStatusPending && o.onPending != nil {
+		o.onPending(tc)
+	}
+	for tc.Status == ToolStatusPending {
+		if tc.ToolCallID == "" {
+			return nil, fmt.Errorf("agentplane: invoke tool %s: pending answer without a tool_call_id", name)
+		}
+		id, state := tc.ToolCallID, tc.State
+		tc = ToolCall{}
+		q := url.Values{"timeout_ms": {strconv.FormatInt(waitMS(ctx, o.waitTimeout), 10)}}
+		if err := c.retrying(ctx, o, http.MethodPost, "/v1/tool_calls/"+url.PathEscape(id)+":wait", q, nil, &tc); err != nil {
+			return nil, fmt.Errorf("agentplane: tool %s: wait for call %s (%s): %w", name, id, state, err)
+		}
+		if tc.Status != ToolStatusPending {
+			break
+		}
+		if err := sleep(ctx, jitter(o.pauseMin, o.pauseMax)); err != nil {
+			return nil, fmt.Errorf("agentplane: tool %s: call %s still %s: %w", name, id, tc.State, err)
+		}
+	}
+	switch tc.Status {
+	case ToolStatusSucceeded:
+		return tc.Result, nil
+	case ToolStatusFailed:
+		return nil, toolError(name, &tc)
+	}
+	return nil, fmt.Errorf("agentplane: tool %s: call %s: unknown status %q", name, tc.ToolCallID, tc.Status)
+}
+
+// ListTools returns the tools c's agent may call in c's run, as OpenAI
+// function-calling tools (GET /v1/tools?run_id=).
+func (c *Client) ListTools(ctx context.Context) ([]FunctionTool, error) {
+	var q url.Values
+	if c.RunID != "" {
+		q = url.Values{"run_id": {c.RunID}}
+	}
+	var out struct {
+		Tools []FunctionTool `json:"tools"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/v1/tools", q, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Tools, nil
+}
+
+// ToolCall reads a tool call's current view (GET /v1/tool_calls/{id}).
+func (c *Client) ToolCall(ctx context.Context, toolCallID string) (*ToolCall, error) {
+	var tc ToolCall
+	if err := c.do(ctx, http.MethodGet, "/v1/tool_calls/"+url.PathEscape(toolCallID), nil, nil, &tc); err != nil {
+		return nil, err
+	}
+	return &tc, nil
+}
+
+func toolError(name string, tc *ToolCall) *ToolError {
+	e := &ToolError{ToolName: tc.ToolName, ToolCallID: tc.ToolCallID, State: tc.State, ApprovalID: tc.ApprovalID}
+	if e.ToolName == "" {
+		e.ToolName = name
+	}
+	if tc.Error != nil {
+		e.Code, e.Message, e.Detail = tc.Error.Code, tc.Error.Message, tc.Error.Detail
+	}
+	if e.Code == "" {
+		e.Code = strings.ToLower(tc.State)
+	}
+	if e.Code == "" {
+		e.Code = "failed"
+	}
+	return e
+}
+
+// retrying is do, sent again after a transient failure (see transient) with
+// a jittered exponential backoff, at most ToolMaxAttempts times. The body is
+// the same on every attempt, and so is its idempotency key: the platform
+// answers a repeated invoke with the call the first one created.
+func (c *Client) retrying(ctx context.Context, o toolOptions, method, path string, q url.Values, body, out any) error {
+	backoff := o.retryBase
+	for attempt := 1; ; attempt++ {
+		err := c.do(ctx, method, path, q, body, out)
+		if err == nil || attempt >= ToolMaxAttempts || !transient(ctx, err) {
+			return err
+		}
+		if serr := sleep(ctx, jitter(backoff/2, backoff)); serr != nil {
+			return fmt.Errorf("%w (after %v)", serr, err)
+		}
+		backoff = min(2*backoff, toolRetryCap)
+	}
+}
+
+// transient reports whether err is worth sending the request again for: no
+// answer at all (connection refused or reset, the answer cut short), or a
+// gateway's 502/503/504. A 4xx, or any other answer, would come back the same.
+func transient(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var ae *APIError
+	if errors.As(err, &ae) {
+		switch ae.Status {
+		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return true
+		}
+		return false
+	}
+	var ue *url.Error
+	var ne net.Error
+	return errors.As(err, &ue) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// waitMS is the timeout_ms of one :wait round: d, or less when ctx ends
+// sooner, so the platform answers before the caller gives up.
+func waitMS(ctx context.Context, d time.Duration) int64 {
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	return max(1, d.Milliseconds())
+}
+
+// jitter returns a uniformly random duration in [lo, hi].
+func jitter(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + rand.N(hi-lo+1)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func newIdempotencyKey() string {
+	return "idk_" + crand.Text()
+}

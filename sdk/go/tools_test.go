@@ -1,0 +1,415 @@
+package agentplane_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	agentplane "github.com/agentplane/agentplane/sdk/go"
+)
+
+// fast keeps the pauses and backoffs of InvokeTool in the millisecond range.
+var fast = agentplane.WithToolTiming(time.Millisecond, 3*time.Millisecond, time.Millisecond)
+
+// script answers with replies in order, then repeats the last one.
+func script(replies ...reply) func(recorded) reply {
+	var mu sync.Mutex
+	n := 0
+	return func(recorded) reply {
+		mu.Lock()
+		defer mu.Unlock()
+		r := replies[min(n, len(replies)-1)]
+		n++
+		return r
+	}
+}
+
+// view is a tool-call view as the platform sends it (contract §Invoke).
+func view(status, state string, extra map[string]any) reply {
+	v := map[string]any{"tool_call_id": "tc_1", "tool_name": "demo.weather", "run_id": "run_1", "status": status, "state": state, "created_at": 1, "updated_at": 2}
+	for k, x := range extra {
+		v[k] = x
+	}
+	return reply{Status: http.StatusOK, Body: v}
+}
+
+func errReply(status int, code string) reply {
+	return reply{Status: status, Body: map[string]any{"error": map[string]any{"code": code, "message": code + " happened"}}}
+}
+
+const (
+	invokePath = "POST /v1/tools/demo.weather:invoke"
+	waitPath   = "POST /v1/tool_calls/tc_1:wait"
+)
+
+// requestsTo returns the requests fp received for "METHOD /path".
+func (fp *fakePlatform) requestsTo(route string) []recorded {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	var out []recorded
+	for _, r := range fp.requests {
+		if r.Method+" "+r.Path == route {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func TestInvokeToolSucceededAtOnce(t *testing.T) {
+	fp := newFakePlatform(t, map[string]func(recorded) reply{
+		invokePath: script(view("succeeded", "SUCCEEDED", map[string]any{"result": map[string]any{"temp_c": 21}})),
+	})
+	res, err := boundClient(fp).Tools().Invoke(context.Background(), "demo.weather", map[string]any{"city": "Paris"}, agentplane.WithToolTimeout(1500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res) != `{"temp_c":21}` {
+		t.Errorf("result = %s", res)
+	}
+	if fp.count() != 1 {
+		t.Errorf("%d requests, want 1 (no :wait for a call that is already over)", fp.count())
+	}
+	rec := fp.last(t)
+	assertAttributed(t, rec)
+	if rec.Body["run_id"] != "run_1" || rec.Body["timeout_ms"] != float64(1500) {
+		t.Errorf("body = %v", rec.Body)
+	}
+	if args, _ := rec.Body["args"].(map[string]any); args["city"] != "Paris" {
+		t.Errorf("args = %v", rec.Body["args"])
+	}
+	if key, _ := rec.Body["idempotency_key"].(string); len(key) < 16 {
+		t.Errorf("idempotency_key = %q, want a random key", key)
+	}
+}
+
+func TestInvokeToolNilArgsSendsAnObject(t *testing.T) {
+	fp := newFakePlatform(t, map[string]func(recorded) reply{
+		"POST /v1/tools/client.now:invoke": script(view("succeeded", "SUCCEEDED", map[string]any{"result": "noon"})),
+	})
+	if _, err := boundClient(fp).InvokeTool(context.Background(), "client.now", nil); err != nil {
+		t.Fatal(err)
+	}
+	rec := fp.last(t)
+	if args, ok := rec.Body["args"].(map[string]any); !ok || len(args) != 0 {
+		t.Errorf("args = %#v, want {}", rec.Body["args"])
+	}
+	if _, ok := rec.Body["timeout_ms"]; ok {
+		t.Errorf("timeout_ms sent without WithToolTimeout: %v", rec.Body)
+	}
+}
+
+func TestInvokeToolWaitsWhilePending(t *testing.T) {
+	fp := newFakePlatform(t, map[string]func(recorded) reply{
+		invokePath: script(view("pending", "WAITING_APPROVAL", map[string]any{"approval_id": "ap_1"})),
+		waitPath: script(
+			view("pending", "WAITING_APPROVAL", map[string]any{"approval_id": "ap_1"}), // a round that timed out
+			view("pending", "RUNNING", nil),
+			view("succeeded", "SUCCEEDED", map[string]any{"result": map[string]any{"ok": true}}),
+		),
+	})
+	var pending []agentplane.ToolCall
+	res, err := boundClient(fp).InvokeTool(context.Background(), "demo.weather", map[string]any{"city": "Oslo"}, fast,
+		agentplane.WithOnPending(func(tc agentplane.ToolCall) { pending = append(pending, tc) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res) != `{"ok":true}` {
+		t.Errorf("result = %s", res)
+	}
+	if len(pending) != 1 || pending[0].State != "WAITING_APPROVAL" || pending[0].ApprovalID != "ap_1" || pending[0].ToolCallID != "tc_1" {
+		t.Errorf("OnPending got %+v, want one call with the invoke's view", pending)
+	}
+	waits := fp.requestsTo(waitPath)
+	if len(waits) != 3 {
+		t.Fatalf("%d :wait calls, want 3", len(waits))
+	}
+	for _, w := range waits {
+		assertAttributed(t, w)
+		if got := w.Query["timeout_ms"]; len(got) != 1 || got[0] != "30000" {
+			t.Errorf(":wait timeout_ms = %v, want 30000", got)
+		}
+	}
+}
+
+func TestInvokeToolFailedIsToolError(t *testing.T) {
+	tests := []struct {
+		name        string
+		invoke      reply
+		wait        reply
+		code, state string
+	}{
+		{
+			name:   "rejected after an approval wait",
+			invoke: view("pending", "WAITING_APPROVAL", map[string]any{"approval_id": "ap_1"}),
+			wait:   view("failed", "REJECTED", map[string]any{"approval_id": "ap_1", "error": map[string]any{"code": "rejected", "message": "too much", "detail": map[string]any{"reason": "no"}}}),
+			code:   "rejected", state: "REJECTED",
+		},
+		{
+			name:   "failed at once",
+			invoke: view("failed", "FAILED", map[string]any{"error": map[string]any{"code": "tool_http_error", "message": "tool answered 500"}}),
+			code:   "tool_http_error", state: "FAILED",
+		},
+		{
+			name:   "failed without an error object",
+			invoke: view("failed", "BLOCKED", nil),
+			code:   "blocked", state: "BLOCKED",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			routes := map[string]func(recorded) reply{invokePath: script(tt.invoke)}
+			if tt.wait.Status != 0 {
+				routes[waitPath] = script(tt.wait)
+			}
+			fp := newFakePlatform(t, routes)
+			_, err := boundClient(fp).InvokeTool(context.Background(), "demo.weather", map[string]any{}, fast)
+			var te *agentplane.ToolError
+			if !errors.As(err, &te) {
+				t.Fatalf("err = %v (%T), want a *ToolError", err, err)
+			}
+			if te.Code != tt.code || te.State != tt.state || te.ToolCallID != "tc_1" || te.ToolName != "demo.weather" {
+				t.Errorf("ToolError = %+v", te)
+			}
+			var ae *agentplane.APIError
+			if errors.As(err, &ae) {
+				t.Errorf("a failed tool call is not an API error: %v", err)
+			}
+		})
+	}
+	t.Run("message and detail", func(t *testing.T) {
+		fp := newFakePlatform(t, map[string]func(recorded) reply{invokePath: script(tests[0].invoke), waitPath: script(tests[0].wait)})
+		_, err := boundClient(fp).InvokeTool(context.Background(), "demo.weather", map[string]any{}, fast)
+		var te *agentplane.ToolError
+		if !errors.As(err, &te) || te.Message != "too much" || string(te.Detail) != `{"reason":"no"}` || te.ApprovalID != "ap_1" {
+			t.Fatalf("err = %+v", err)
+		}
+	})
+}
+
+func TestInvokeToolRetriesGatewayErrorsWithTheSameKey(t *testing.T) {
+	fp := newFakePlatform(t, map[string]func(recorded) reply{
+		invokePath: script(errReply(503, "unavailable"), errReply(502, "bad_gateway"), view("pending", "WAITING_CLIENT", nil)),
+		waitPath:   script(errReply(504, "gateway_timeout"), view("succeeded", "SUCCEEDED", map[string]any{"result": 7})),
+	})
+	res, err := boundClient(fp).InvokeTool(context.Background(), "demo.weather", map[string]any{"city": "Rome"}, fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res) != "7" {
+		t.Errorf("result = %s", res)
+	}
+	invokes := fp.requestsTo(invokePath)
+	if len(invokes) != 3 {
+		t.Fatalf("%d invokes, want 3 (two retried gateway errors)", len(invokes))
+	}
+	key := invokes[0].Body["idempotency_key"]
+	for i, r := range invokes {
+		if r.Body["idempotency_key"] != key {
+			t.Errorf("invoke %d used key %v, want %v: a retry must reuse the key", i, r.Body["idempotency_key"], key)
+		}
+	}
+	if n := len(fp.requestsTo(waitPath)); n != 2 {
+		t.Errorf("%d :wait calls, want 2", n)
+	}
+
+	// Two separate invokes draw two keys; a caller's key is used as given.
+	if _, err := boundClient(fp).InvokeTool(context.Background(), "demo.weather", map[string]any{}, fast); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := boundClient(fp).InvokeTool(context.Background(), "demo.weather", map[string]any{}, fast, agentplane.WithIdempotencyKey("mine")); err != nil {
+		t.Fatal(err)
+	}
+	invokes = fp.requestsTo(invokePath)
+	if k := invokes[3].Body["idempotency_key"]; k == key {
+		t.Errorf("a new invoke reused the previous key %v", k)
+	}
+	if k := invokes[4].Body["idempotency_key"]; k != "mine" {
+		t.Errorf("idempotency_key = %v, want the caller's", k)
+	}
+}
+
+func TestInvokeToolRetriesAreBounded(t *testing.T) {
+	fp := newFakePlatform(t, map[string]func(recorded) reply{invokePath: script(errReply(503, "unavailable"))})
+	_, err := boundClient(fp).InvokeTool(context.Background(), "demo.weather", map[string]any{}, fast)
+	var ae *agentplane.APIError
+	if !errors.As(err, &ae) || ae.Status != 503 {
+		t.Fatalf("err = %v, want the last 503", err)
+	}
+	if n := fp.count(); n != agentplane.ToolMaxAttempts {
+		t.Errorf("%d attempts, want %d", n, agentplane.ToolMaxAttempts)
+	}
+}
+
+func TestInvokeToolNoRetryOn4xx(t *testing.T) {
+	for _, tt := range []struct {
+		status int
+		code   string
+	}{{400, "invalid_args"}, {403, "forbidden"}, {404, "tool_not_found"}, {409, "idempotency_conflict"}, {429, "rate_limited"}} {
+		t.Run(tt.code, func(t *testing.T) {
+			fp := newFakePlatform(t, map[string]func(recorded) reply{invokePath: script(errReply(tt.status, tt.code))})
+			_, err := boundClient(fp).InvokeTool(context.Background(), "demo.weather", map[string]any{}, fast)
+			var ae *agentplane.APIError
+			if !errors.As(err, &ae) || ae.Status != tt.status || ae.Code != tt.code {
+				t.Fatalf("err = %v, want APIError %d %s", err, tt.status, tt.code)
+			}
+			if n := fp.count(); n != 1 {
+				t.Errorf("%d requests, want 1: a 4xx is not retried", n)
+			}
+		})
+	}
+	t.Run("during the wait", func(t *testing.T) {
+		fp := newFakePlatform(t, map[string]func(recorded) reply{
+			invokePath: script(view("pending", "WAITING_CLIENT", nil)),
+			waitPath:   script(errReply(404, "not_found")),
+		})
+		_, err := boundClient(fp).InvokeTool(context.Background(), "demo.weather", map[string]any{}, fast)
+		var ae *agentplane.APIError
+		if !errors.As(err, &ae) || ae.Status != 404 {
+			t.Fatalf("err = %v", err)
+		}
+		if n := len(fp.requestsTo(waitPath)); n != 1 {
+			t.Errorf("%d :wait calls, want 1", n)
+		}
+	})
+}
+
+// TestInvokeToolRetriesConnectionErrors drops the first connection without
+// an answer, as a crashing server or a restarting proxy would.
+func TestInvokeToolRetriesConnectionErrors(t *testing.T) {
+	var n atomic.Int32
+	keys := make(chan string, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			IdempotencyKey string `json:"idempotency_key"`
+		}
+		json.NewDecoder(r.Body).Decode(&body)
+		keys <- body.IdempotencyKey
+		if n.Add(1) == 1 {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"tool_call_id":"tc_1","status":"succeeded","state":"SUCCEEDED","result":"ok"}`))
+	}))
+	t.Cleanup(srv.Close)
+	c := &agentplane.Client{BaseURL: srv.URL, APIKey: "ak_1", RunID: "run_1"}
+	res, err := c.InvokeTool(context.Background(), "demo.weather", map[string]any{}, fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res) != `"ok"` || n.Load() != 2 {
+		t.Fatalf("result %s after %d requests, want \"ok\" after 2", res, n.Load())
+	}
+	if k1, k2 := <-keys, <-keys; k1 == "" || k1 != k2 {
+		t.Errorf("keys %q then %q, want the same key on the retry", k1, k2)
+	}
+}
+
+func TestInvokeToolStopsAtTheDeadline(t *testing.T) {
+	fp := newFakePlatform(t, map[string]func(recorded) reply{
+		invokePath: script(view("pending", "WAITING_APPROVAL", nil)),
+		waitPath:   script(view("pending", "WAITING_APPROVAL", nil)),
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := boundClient(fp).InvokeTool(ctx, "demo.weather", map[string]any{}, agentplane.WithToolTiming(10*time.Millisecond, 20*time.Millisecond, time.Millisecond))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("returned after %v", d)
+	}
+	// Each round asks for no more than what is left of the deadline.
+	for _, w := range fp.requestsTo(waitPath) {
+		ms, err := strconv.Atoi(w.Query["timeout_ms"][0])
+		if err != nil || ms < 1 || ms > 150 {
+			t.Errorf(":wait timeout_ms = %v, want 1..150", w.Query["timeout_ms"])
+		}
+	}
+}
+
+func TestInvokeToolNeedsARun(t *testing.T) {
+	fp := newFakePlatform(t, nil)
+	c := boundClient(fp)
+	c.RunID = ""
+	if _, err := c.InvokeTool(context.Background(), "demo.weather", nil); err == nil {
+		t.Fatal("InvokeTool without a run id returned nil")
+	}
+	if fp.count() != 0 {
+		t.Error("a request was sent")
+	}
+}
+
+func TestJitterBounds(t *testing.T) {
+	lo, hi := agentplane.ToolWaitPauseMin, agentplane.ToolWaitPauseMax
+	seen := map[time.Duration]bool{}
+	var below, above bool
+	mid := (lo + hi) / 2
+	for range 10000 {
+		d := agentplane.Jitter(lo, hi)
+		if d < lo || d > hi {
+			t.Fatalf("jitter %v outside [%v, %v]", d, lo, hi)
+		}
+		seen[d] = true
+		below = below || d < mid
+		above = above || d > mid
+	}
+	if len(seen) < 100 || !below || !above {
+		t.Errorf("%d distinct values (below mid %v, above %v): not spread over the range", len(seen), below, above)
+	}
+	if d := agentplane.Jitter(lo, lo); d != lo {
+		t.Errorf("Jitter(lo, lo) = %v", d)
+	}
+}
+
+func TestListTools(t *testing.T) {
+	fp := newFakePlatform(t, map[string]func(recorded) reply{
+		"GET /v1/tools": okJSON(map[string]any{"tools": []any{map[string]any{"type": "function", "function": map[string]any{
+			"name": "demo__weather", "description": "Weather", "parameters": map[string]any{"type": "object"},
+		}}}}),
+	})
+	tools, err := boundClient(fp).Tools().List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tools) != 1 || tools[0].Type != "function" || tools[0].Function.Name != "demo__weather" || string(tools[0].Function.Parameters) != `{"type":"object"}` {
+		t.Fatalf("tools = %+v", tools)
+	}
+	if got := agentplane.ToolNameFromFunction(tools[0].Function.Name); got != "demo.weather" {
+		t.Errorf("ToolNameFromFunction = %q", got)
+	}
+	rec := fp.last(t)
+	assertAttributed(t, rec)
+	if got := rec.Query["run_id"]; len(got) != 1 || got[0] != "run_1" {
+		t.Errorf("query = %v", rec.Query)
+	}
+	// The schemas go back to an LLM unchanged.
+	out, _ := json.Marshal(tools[0])
+	if string(out) != `{"type":"function","function":{"name":"demo__weather","description":"Weather","parameters":{"type":"object"}}}` {
+		t.Errorf("re-encoded = %s", out)
+	}
+}
+
+func TestToolCallGet(t *testing.T) {
+	fp := newFakePlatform(t, map[string]func(recorded) reply{
+		"GET /v1/tool_calls/tc_1": script(view("pending", "WAITING_CLIENT", nil)),
+	})
+	tc, err := boundClient(fp).Tools().Get(context.Background(), "tc_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc.Status != "pending" || tc.State != "WAITING_CLIENT" || tc.ToolName != "demo.weather" {
+		t.Errorf("ToolCall = %+v", tc)
+	}
+}
