@@ -10,6 +10,7 @@ import urllib.request
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from .errors import APIError
+from .tools import Tools
 
 __all__ = ["Client", "register", "ENV_URL", "ENV_AGENT_KEY"]
 
@@ -29,6 +30,7 @@ class Client:
     attribute the call to a run (it refuses run ids that are not this
     agent's). Inside a handler use ``req.client``, which is already bound to
     the run; build one yourself for calls outside a run (heartbeats).
+    ``client.tools`` calls tools in the bound run (:class:`agentplane.tools.Tools`).
 
     ``base_url`` and ``agent_api_key`` default to the ``AGENTPLANE_URL`` and
     ``AGENTPLANE_AGENT_KEY`` environment variables. Failed calls raise
@@ -54,6 +56,8 @@ class Client:
         self.session_id = session_id or None
         self.agent_id = agent_id or None
         self.timeout = timeout
+        #: Tool calls in the bound run: ``client.tools.invoke(name, args)``.
+        self.tools = Tools(self)
 
     def __repr__(self) -> str:
         # Never print the key: reprs end up in logs and tracebacks.
@@ -173,11 +177,13 @@ class Client:
             raise ValueError("no session_id: pass one or bind the client to a session")
         return sid
 
-    def _call(self, method: str, path: str, *, body: Any = None, query: Optional[Mapping[str, Any]] = None) -> Any:
+    def _call(
+        self, method: str, path: str, *, body: Any = None, query: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None
+    ) -> Any:
         headers = self.headers()
         if self.agent_api_key:
             headers["Authorization"] = "Bearer " + self.agent_api_key
-        return _request(method, self.base_url + path, headers, body=body, query=query, timeout=self.timeout)
+        return _request(method, self.base_url + path, headers, body=body, query=query, timeout=self.timeout if timeout is None else timeout)
 
 
 def register(

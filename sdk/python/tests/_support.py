@@ -74,8 +74,9 @@ class FakePlatform:
     """A real HTTP server standing in for the platform.
 
     ``routes`` maps "METHOD /raw/path" to a responder returning (status, body);
-    a body of bytes is sent verbatim, anything else as JSON. Unknown routes get
-    the platform's 404 error shape.
+    a body of bytes is sent verbatim, anything else as JSON; status 0 closes
+    the connection without an answer. Unknown routes get the platform's 404
+    error shape.
     """
 
     def __init__(self, routes: Dict[str, Responder]) -> None:
@@ -100,6 +101,11 @@ class FakePlatform:
                     status, body = 404, {"error": {"code": "not_found", "message": f"no route {self.command} {u.path}"}}
                 else:
                     status, body = responder(rec)
+                if status == 0:
+                    # Drop the connection without an answer, as a crashing
+                    # server or a restarting proxy would.
+                    self.close_connection = True
+                    return
                 out = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
