@@ -14,6 +14,7 @@
   var el = {
     agentLabel: $('agent-label'),
     status: $('connection-status'),
+    runStatus: $('run-status'),
     newSession: $('new-session-button'),
     settingsButton: $('settings-button'),
     settings: $('settings'),
@@ -28,6 +29,7 @@
     conversation: $('conversation'),
     sessionLabel: $('session-label'),
     empty: $('empty-state'),
+    suggestions: $('suggestions'),
     messages: $('messages'),
     composer: $('composer'),
     input: $('message-input'),
@@ -39,6 +41,7 @@
   var settings = null; // {user, key, agent} the chat runs with
   var chat = null;
   var itemEls = new Map(); // item id → its .msg element
+  var countdowns = new Map(); // .countdown element → {ms, label}: deadlines shown ticking
   var wasBusy = false;
 
   // --- storage (localStorage may be unavailable, e.g. some private modes; then nothing persists) ---
@@ -123,25 +126,165 @@
     var text = document.createElement('div');
     text.className = 'text';
     li.appendChild(text);
+    if (item.kind === 'tool') buildToolCard(li, item);
+    if (item.kind === 'approval') buildApprovalCard(li, item);
     var status = document.createElement('div');
     status.className = 'status';
     status.setAttribute('data-testid', 'message-status');
     li.appendChild(status);
-    if (item.approval) {
-      var actions = document.createElement('div');
-      actions.className = 'actions';
-      [['approve', 'Approve', 'btn-primary'], ['reject', 'Reject', 'btn-danger']].forEach(function (d) {
-        var b = document.createElement('button');
-        b.type = 'button';
-        b.className = 'btn btn-small ' + d[2];
-        b.textContent = d[1];
-        b.dataset.decision = d[0];
-        b.addEventListener('click', function () { if (chat) chat.decideApproval(item, d[0]); });
-        actions.appendChild(b);
-      });
+    return li;
+  }
+
+  function div(cls) {
+    var d = document.createElement('div');
+    d.className = cls;
+    return d;
+  }
+
+  function button(label, cls, testid, onClick) {
+    var b = document.createElement('button');
+    b.type = 'button';
+    b.className = 'btn btn-small ' + cls;
+    b.textContent = label;
+    b.setAttribute('data-testid', testid);
+    if (onClick) b.addEventListener('click', onClick);
+    return b;
+  }
+
+  function pretty(v) {
+    if (v == null) return '';
+    if (typeof v === 'string') return v;
+    try { return JSON.stringify(v, null, 2); } catch (e) { return String(v); }
+  }
+
+  // A tool card: what the agent asked this browser to run, with which arguments, and what the
+  // page answered. Tools the page has run by themselves; any other gets Decline.
+  function buildToolCard(li, item) {
+    var t = item.tool;
+    li.classList.add('card');
+    li.dataset.kind = 'tool';
+    li.dataset.toolCallId = t.toolCallId;
+    var args = pretty(t.args);
+    if (args && args !== '{}') {
+      var pre = document.createElement('pre');
+      pre.className = 'args';
+      pre.setAttribute('data-testid', 'tool-args');
+      pre.textContent = args;
+      li.appendChild(pre);
+    }
+    var meta = div('meta');
+    var cd = document.createElement('span');
+    cd.className = 'countdown';
+    cd.hidden = true;
+    meta.appendChild(cd);
+    li.appendChild(meta);
+    if (!t.supported) {
+      var actions = div('actions');
+      var run = button('Run', 'btn-primary', 'run-tool-button');
+      run.disabled = true;
+      run.title = 'This page has no tool by that name';
+      actions.appendChild(run);
+      actions.appendChild(button('Decline', 'btn-danger', 'decline-button', function () { if (chat) chat.declineTool(item); }));
       li.appendChild(actions);
     }
-    return li;
+    var result = document.createElement('details');
+    result.className = 'result';
+    result.hidden = true;
+    var summary = document.createElement('summary');
+    result.appendChild(summary);
+    var body = document.createElement('pre');
+    body.setAttribute('data-testid', 'tool-result');
+    result.appendChild(body);
+    li.appendChild(result);
+  }
+
+  function updateToolCard(li, item) {
+    var t = item.tool;
+    li.dataset.state = t.state;
+    var pending = t.state === 'waiting' || t.state === 'running' || t.state === 'unsent';
+    setCountdown(li, pending ? t.deadlineMs : null, 'answer due in');
+    var actions = li.querySelector('.actions');
+    if (actions) {
+      // Decline is offered while the request waits; once answered or over, the row goes.
+      actions.hidden = t.state !== 'waiting';
+      li.querySelector('[data-testid="decline-button"]').disabled = t.state !== 'waiting';
+    }
+    var result = li.querySelector('.result');
+    result.hidden = !t.answer;
+    if (t.answer) {
+      result.querySelector('summary').textContent = t.answer.ok ? 'Result of this browser' : 'Error sent';
+      result.querySelector('pre').textContent = pretty(t.answer.ok ? t.answer.result : t.answer.error);
+    }
+  }
+
+  // An approval card: Approve / Reject with an optional reason, until the platform says how
+  // it went (or the approval expires).
+  function buildApprovalCard(li, item) {
+    li.classList.add('card');
+    li.dataset.kind = 'approval';
+    li.dataset.approvalId = item.approval.approvalId;
+    var meta = div('meta');
+    var cd = document.createElement('span');
+    cd.className = 'countdown';
+    cd.hidden = true;
+    meta.appendChild(cd);
+    li.appendChild(meta);
+    var actions = div('actions');
+    var reason = document.createElement('input');
+    reason.type = 'text';
+    reason.className = 'reason';
+    reason.maxLength = 500;
+    reason.placeholder = 'Reason (optional)';
+    reason.setAttribute('aria-label', 'Reason for the decision (optional)');
+    reason.setAttribute('data-testid', 'approval-reason');
+    actions.appendChild(reason);
+    [['approve', 'Approve', 'btn-primary'], ['reject', 'Reject', 'btn-danger']].forEach(function (d) {
+      var b = button(d[1], d[2], d[0] + '-button', function () {
+        if (chat) chat.decideApproval(item, d[0], reason.value);
+      });
+      b.dataset.decision = d[0];
+      actions.appendChild(b);
+    });
+    li.appendChild(actions);
+  }
+
+  function updateApprovalCard(li, item) {
+    var a = item.approval;
+    li.dataset.state = a.state;
+    var open = a.state === 'pending';
+    setCountdown(li, open ? a.expiresMs : null, 'expires in');
+    // Sent: the buttons stay in sight, disabled, until the outcome arrives; then they go.
+    li.querySelector('.actions').hidden = !open && a.state !== 'sent';
+    li.querySelectorAll('.actions button').forEach(function (b) { b.disabled = !open; });
+    li.querySelector('.reason').disabled = !open;
+  }
+
+  // --- deadlines shown as a countdown, ticked once a second ---
+
+  function setCountdown(li, ms, label) {
+    var c = li.querySelector('.countdown');
+    if (ms == null) {
+      countdowns.delete(c);
+      c.hidden = true;
+      return;
+    }
+    var d = { ms: ms, label: label };
+    countdowns.set(c, d);
+    c.hidden = false;
+    renderCountdown(c, d);
+  }
+
+  function renderCountdown(c, d) {
+    var left = Math.max(0, Math.ceil((d.ms - Date.now()) / 1000));
+    var span = left >= 60 ? Math.floor(left / 60) + ':' + String(left % 60).padStart(2, '0') : left + ' s';
+    c.textContent = d.label + ' ' + span + ' (at ' + new Date(d.ms).toLocaleTimeString() + ')';
+  }
+
+  function tickCountdowns() {
+    countdowns.forEach(function (d, c) {
+      if (c.isConnected) renderCountdown(c, d);
+      else countdowns.delete(c);
+    });
   }
 
   function updateItemEl(li, item) {
@@ -153,10 +296,8 @@
     status.title = item.error ? item.error.code : '';
     // Screen readers hold back a streaming bubble until it is complete.
     if (item.role === 'assistant') li.setAttribute('aria-busy', item.status === 'running' ? 'true' : 'false');
-    if (item.approval) {
-      var open = item.approval.open && !item.approval.decision;
-      li.querySelectorAll('.actions button').forEach(function (b) { b.disabled = !open; });
-    }
+    if (item.kind === 'tool') updateToolCard(li, item);
+    if (item.kind === 'approval') updateApprovalCard(li, item);
   }
 
   var view = {
@@ -175,7 +316,10 @@
       var li = createItemEl(item);
       itemEls.set(item.id, li);
       updateItemEl(li, item);
-      el.messages.appendChild(li);
+      // A run's tool and approval cards go above its reply: the reply usually comes from what
+      // the tool returned, so it reads in the order things happened.
+      var reply = item.kind && item.runId ? el.messages.querySelector('.msg.assistant[data-run-id="' + CSS.escape(item.runId) + '"]') : null;
+      el.messages.insertBefore(li, reply);
       el.empty.hidden = true;
       if (stick) scrollToBottom();
     },
@@ -188,6 +332,9 @@
     },
     cleared: clearMessages,
     controls: function (c) {
+      el.runStatus.hidden = !c.runStatus;
+      el.runStatus.textContent = c.runStatus || '';
+      el.runStatus.dataset.phase = c.runPhase || '';
       el.input.disabled = c.busy;
       el.send.disabled = !c.canSend;
       el.cancel.disabled = !c.canCancel;
@@ -204,6 +351,7 @@
 
   function clearMessages() {
     itemEls.clear();
+    countdowns.clear();
     el.messages.replaceChildren();
     el.empty.hidden = false;
   }
@@ -372,6 +520,17 @@
     }
   });
   el.input.addEventListener('input', autosize);
+  // The empty state's example prompts: sent at once when the page can, else put in the input.
+  el.suggestions.addEventListener('click', function (ev) {
+    var b = ev.target.closest('button[data-prompt]');
+    if (!b) return;
+    var prompt = b.dataset.prompt;
+    if (chat && chat.send(prompt)) return;
+    el.input.value = prompt;
+    autosize();
+    el.input.focus();
+  });
+  window.setInterval(tickCountdowns, 1000);
   el.cancel.addEventListener('click', function () { if (chat) chat.cancel(); });
   el.newSession.addEventListener('click', function () {
     if (chat && chat.newSession()) el.input.focus();

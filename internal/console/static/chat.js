@@ -19,6 +19,32 @@
   // agents stream free-form states of their own ("thinking", maybe "done") that end nothing.
   var TERMINAL_STATES = { DONE: 'done', FAILED: 'failed', CANCELLED: 'cancelled' };
 
+  // What the run-status line says while a run is in one of the platform's own states
+  // (DESIGN.md §8). WAITING_APPROVAL is the seed protocol's spelling of the same pause.
+  var RUN_PHASES = {
+    RUNNING: 'running',
+    PAUSED_WAITING_APPROVAL: 'waiting_approval', WAITING_APPROVAL: 'waiting_approval',
+    PAUSED_WAITING_TOOL: 'waiting_tool',
+  };
+
+  // A tool card's states that nothing changes any more.
+  var TOOL_FINAL = { done: true, failed: true, expired: true, closed: true, refused: true };
+  // An approval card's states that nothing changes any more.
+  var APPROVAL_FINAL = { approved: true, rejected: true, expired: true, cancelled: true, closed: true, refused: true };
+
+  // What a tool call's state after an approval (state.detail.outcome) means for the approval.
+  var APPROVAL_OUTCOMES = {
+    DISPATCHED: 'approved', RUNNING: 'approved', WAITING_CLIENT: 'approved', SUCCEEDED: 'approved',
+    FAILED: 'approved', TIMEOUT: 'approved',
+    REJECTED: 'rejected', EXPIRED: 'expired', CANCELLED: 'cancelled', BLOCKED: 'rejected',
+  };
+
+  // What a tool call's final state (state.detail.outcome) says on the card of a client tool.
+  var TOOL_OUTCOMES = {
+    SUCCEEDED: ['done', 'done'], FAILED: ['failed', 'failed'], TIMEOUT: ['expired', 'timed out'],
+    EXPIRED: ['expired', 'expired'], CANCELLED: ['closed', 'cancelled'],
+  };
+
   // backoffDelay is the wait before reconnect attempt n (0-based): 0.5 s doubling to 5 s.
   function backoffDelay(n) {
     return Math.min(BACKOFF_MAX_MS, BACKOFF_MIN_MS * Math.pow(2, n));
@@ -61,6 +87,60 @@
     return typeof n === 'number' ? n + ' tokens' : '';
   }
 
+  // timeMs reads a protocol timestamp: milliseconds since the epoch (DESIGN.md §4), or an
+  // RFC 3339 string. Zero, absent or unreadable → null (no deadline).
+  function timeMs(v) {
+    if (typeof v === 'number') return isFinite(v) && v > 0 ? v : null;
+    if (typeof v !== 'string' || v === '') return null;
+    var n = /^\d+$/.test(v) ? Number(v) : Date.parse(v);
+    return isFinite(n) && n > 0 ? n : null;
+  }
+
+  function pad(n, w) {
+    var s = String(Math.abs(n));
+    while (s.length < (w || 2)) s = '0' + s;
+    return s;
+  }
+
+  // clientNow is the result of the built-in client tool `client.now`: this browser's clock,
+  // time zone and locale. iso is the local wall-clock time with its UTC offset (RFC 3339), so
+  // an agent can read the user's time of day without knowing the zone rules. env overrides
+  // what the runtime reports ({timeZone, locale, offsetMinutes}), for tests.
+  function clientNow(nowMs, env) {
+    env = env || {};
+    var d = new Date(nowMs);
+    var off = typeof env.offsetMinutes === 'number' ? env.offsetMinutes : -d.getTimezoneOffset();
+    var tz = env.timeZone;
+    var locale = env.locale;
+    var ro = {};
+    try { ro = Intl.DateTimeFormat().resolvedOptions(); } catch (e) { /* no Intl */ }
+    if (!tz) tz = ro.timeZone || 'UTC';
+    if (!locale) {
+      var nav = root.navigator;
+      locale = (nav && nav.language) || ro.locale || 'und';
+    }
+    var local = new Date(nowMs + off * 60000); // its UTC fields are the local wall clock
+    var iso = local.getUTCFullYear() + '-' + pad(local.getUTCMonth() + 1) + '-' + pad(local.getUTCDate()) +
+      'T' + pad(local.getUTCHours()) + ':' + pad(local.getUTCMinutes()) + ':' + pad(local.getUTCSeconds()) +
+      '.' + pad(local.getUTCMilliseconds(), 3) +
+      (off === 0 ? 'Z' : (off > 0 ? '+' : '-') + pad(Math.floor(Math.abs(off) / 60)) + ':' + pad(Math.abs(off) % 60));
+    return { iso: iso, epoch_ms: nowMs, time_zone: tz, utc_offset_minutes: off, locale: locale };
+  }
+
+  // builtinClientTools are the tools this page runs when an agent asks for them. Each takes
+  // (args, ctx {now, toolCallId, runId}) and returns the result, or a promise of it.
+  function builtinClientTools(env) {
+    return {
+      'client.now': function (args, ctx) { return clientNow(ctx.now(), env); },
+    };
+  }
+
+  function argsText(v) {
+    if (v == null) return '';
+    if (typeof v === 'string') return v;
+    try { return JSON.stringify(v); } catch (e) { return String(v); }
+  }
+
   function randomID(prefix) {
     var c = root.crypto;
     if (c && c.getRandomValues) {
@@ -80,9 +160,13 @@
   //   view       callbacks, each optional:
   //                connection(state, info)  state: connecting|connected|reconnecting|unauthorized|stopped
   //                added(item) / updated(item) / cleared()   items: see addItem
-  //                controls({canSend, canCancel, canNewSession, busy})
+  //                controls({canSend, canCancel, canNewSession, busy, runPhase, runStatus})
+  //                  runPhase: running|waiting_approval|waiting_tool|'' for the active run
   //                session(sessionId)        the session changed (persist it)
   //                toast(text, kind)
+  //   clientTools  name → function(args, ctx) run when an agent asks this page for that tool;
+  //                defaults to builtinClientTools (client.now)
+  //   env          {timeZone, locale, offsetMinutes} for client.now; defaults to the runtime's
   //   WebSocket, setTimeout, clearTimeout, now, log   injectable for tests; default to globals
   function Chat(opts) {
     this.url = opts.url;
@@ -93,6 +177,7 @@
     this.clearTimeout = opts.clearTimeout || root.clearTimeout.bind(root);
     this.now = opts.now || Date.now;
     this.log = opts.log || root.console;
+    this.clientTools = opts.clientTools || builtinClientTools(opts.env);
 
     this.sessionId = opts.sessionId || null;
     this.lastSeq = 0;
@@ -109,6 +194,9 @@
     this.pending = null;      // request_id of the invoke awaiting run_started or an error
     this.activeRunId = null;  // the session's active root run
     this.requests = new Map(); // request_id → what a seq-less error reply would refer to
+    this.toolCards = new Map(); // tool_call_id → its card (tool requests are re-sent, so dedupe)
+    this.approvalCards = new Map(); // approval_id → its card
+    this.connGen = 0;         // counts `ready`s: which connection an answer went out on
     this.nextItemId = 1;
   }
 
@@ -245,6 +333,10 @@
       this.onLogEvent(msg);
     } else if (msg.type === 'error') {
       this.onErrorReply(msg);
+    } else if (msg.type === 'tool_request' || msg.type === 'approval_required') {
+      // After a subscribe the server sends the session's still-pending requests again, without
+      // seq (DESIGN.md §4); they are deduped by tool_call_id / approval_id, not by seq.
+      this.onLogEvent(msg);
     } else if (LOG_EVENTS[msg.type]) {
       // A log event without seq breaks DESIGN.md §4; render it rather than lose it, but it
       // cannot take part in dedup.
@@ -259,8 +351,10 @@
   Chat.prototype.onReady = function () {
     this.ready = true;
     this.attempt = 0;
+    this.connGen++;
     this.setConnection('connected');
     if (this.sessionId) this.subscribe();
+    this.resendUnsent();
   };
 
   Chat.prototype.subscribe = function () {
@@ -311,9 +405,11 @@
       return;
     }
     if (about && about.kind === 'approval') {
-      var notice = about.notice;
-      this.setItem(notice, { decision: null, statusText: 'decision failed — ' + errorText(msg) });
-      this.toast('Approval decision failed — ' + errorText(msg), 'error');
+      this.onApprovalRefused(about.card, msg);
+      return;
+    }
+    if (about && about.kind === 'tool') {
+      this.onToolResultRefused(about.card, msg);
       return;
     }
     this.toast(errorText(msg), 'error');
@@ -378,6 +474,7 @@
   Chat.prototype.newRun = function (runId, agentId, parentRunId) {
     var run = {
       runId: runId, parentRunId: parentRunId || null, cancelling: false, notices: [],
+      phase: 'running', phaseText: 'running…',
       assistant: this.addItem({
         role: 'assistant', text: '', status: 'running', statusText: 'running…',
         runId: runId, agentId: agentId || this.settings.agent, child: !!parentRunId,
@@ -404,14 +501,51 @@
   Chat.prototype.onState = function (msg) {
     var run = this.ensureRun(msg);
     var state = String(msg.state || '');
+    var detail = msg.detail && typeof msg.detail === 'object' && !Array.isArray(msg.detail) ? msg.detail : null;
+    if (detail) this.settleCards(detail);
     if (TERMINAL_STATES.hasOwnProperty(state)) {
       this.finishRun(run, TERMINAL_STATES[state], humanState(state, msg.detail));
       return;
     }
     if (run.assistant.status !== 'running') return;
-    // Leaving the approval pause means someone decided, here or elsewhere.
-    if (state !== 'PAUSED_WAITING_APPROVAL') this.closeNotices(run);
-    this.setItem(run.assistant, { statusText: run.cancelling ? 'cancelling…' : humanState(msg.state, msg.detail) });
+    var phase = RUN_PHASES[state];
+    if (!phase) {
+      // A state of the agent's own ("thinking"): shown on its bubble; the run's phase stays.
+      this.setItem(run.assistant, { statusText: run.cancelling ? 'cancelling…' : humanState(msg.state, msg.detail) });
+      return;
+    }
+    // A bare RUNNING names no tool call: the run resumed, so whatever it waited for was
+    // decided, here or elsewhere. (The platform's own RUNNING names the call and its outcome.)
+    if (state === 'RUNNING' && !(detail && (detail.tool_call_id || detail.approval_id))) this.closeNotices(run, 'approvals');
+    run.phase = phase;
+    run.phaseText = this.phaseText(phase, detail);
+    this.setItem(run.assistant, { statusText: run.cancelling ? 'cancelling…' : run.phaseText });
+  };
+
+  // phaseText is what the status lines say while the run is in phase.
+  Chat.prototype.phaseText = function (phase, detail) {
+    if (phase === 'waiting_approval') return 'waiting for your approval';
+    if (phase === 'waiting_tool') {
+      var name = detail && typeof detail.tool_name === 'string' ? detail.tool_name : '';
+      var ours = !!detail && this.toolCards.has(detail.tool_call_id);
+      if (ours || name === '' || /^client\./.test(name)) return 'waiting for this browser';
+      return 'waiting for the tool “' + name + '”';
+    }
+    return 'running…';
+  };
+
+  // settleCards applies what a state event says about a tool call (DESIGN.md §4): the RUNNING
+  // that ends a wait names the call, its approval if it had one, and the call's next state.
+  Chat.prototype.settleCards = function (detail) {
+    var outcome = typeof detail.outcome === 'string' ? detail.outcome : '';
+    if (!outcome) return; // a pause names the call; only the end of the wait settles it
+    var ac = detail.approval_id ? this.approvalCards.get(detail.approval_id) : null;
+    if (ac && ac.approval.outcome !== outcome) {
+      this.setApproval(ac, { state: APPROVAL_OUTCOMES[outcome] || outcome.toLowerCase(), outcome: outcome });
+    }
+    var tc = detail.tool_call_id ? this.toolCards.get(detail.tool_call_id) : null;
+    var to = TOOL_OUTCOMES[outcome];
+    if (tc && to) this.setTool(tc, { state: to[0], outcomeText: to[1], outcome: outcome });
   };
 
   Chat.prototype.onRunError = function (msg) {
@@ -433,42 +567,283 @@
     var prev = run.assistant;
     if (prev.status !== 'running' && !(status === 'failed' && prev.status === 'failed' && error && !prev.error)) return;
     run.cancelling = false;
-    this.closeNotices(run);
+    run.phase = '';
+    this.closeNotices(run, 'all');
     var patch = { status: status, statusText: statusText };
     if (error) patch.error = error;
     this.setItem(run.assistant, patch);
     if (this.activeRunId === run.runId) this.activeRunId = null;
   };
 
+  // --- client tools (tool_request → tool_result) ---
+
+  // onToolRequest shows the agent's request to run a tool in this browser and, for a tool the
+  // page has, runs it at once and answers. The same request comes again after every subscribe
+  // while it is pending: then the answer is sent again if it went out on an older connection.
   Chat.prototype.onToolRequest = function (msg) {
+    var id = msg.tool_call_id;
+    if (typeof id !== 'string' || id === '') {
+      this.log.warn('agentplane: tool_request without tool_call_id', msg);
+      return;
+    }
+    var card = this.toolCards.get(id);
+    if (card) {
+      this.redeliverTool(card);
+      return;
+    }
     var run = this.ensureRun(msg);
-    // This page registers no client tools; the call times out on the server (or another
-    // client of the session runs it). Answering "failed" from here could race that client.
-    var n = this.addItem({
-      role: 'notice', runId: run.runId,
-      text: 'The agent asked this client to run the tool “' + (msg.tool_name || '?') + '”. This page has no client tools.',
+    var name = typeof msg.tool_name === 'string' ? msg.tool_name : '';
+    var t = {
+      toolCallId: id, runId: run.runId, toolName: name,
+      args: msg.args === undefined ? null : msg.args, argsText: argsText(msg.args),
+      deadlineMs: timeMs(msg.deadline_ts),
+      supported: Object.prototype.hasOwnProperty.call(this.clientTools, name) && typeof this.clientTools[name] === 'function',
+      state: '', answer: null, sentGen: 0, error: null, outcome: '', outcomeText: '',
+    };
+    if (run.assistant.status !== 'running') t.state = 'closed';
+    else if (this.passed(t.deadlineMs)) t.state = 'expired';
+    else t.state = t.supported ? 'running' : 'waiting';
+    card = this.addItem({
+      role: 'notice', kind: 'tool', runId: run.runId, tool: t, statusText: toolStatusText(t),
+      text: 'The agent asks this browser to run “' + (name || '?') + '”',
     });
-    run.notices.push(n);
+    this.toolCards.set(id, card);
+    run.notices.push(card);
+    if (t.state === 'waiting' || t.state === 'running') this.armTool(card);
+    if (t.state === 'running') this.runTool(card);
   };
+
+  Chat.prototype.runTool = function (card) {
+    var self = this;
+    var t = card.tool;
+    var ctx = { now: function () { return self.now(); }, toolCallId: t.toolCallId, runId: t.runId };
+    var res;
+    try {
+      res = this.clientTools[t.toolName](t.args, ctx);
+    } catch (e) {
+      this.answerTool(card, { ok: false, error: { code: 'tool_error', message: errMessage(e) } });
+      return;
+    }
+    if (res && typeof res.then === 'function') {
+      res.then(function (r) {
+        self.answerTool(card, { ok: true, result: r === undefined ? null : r });
+      }, function (e) {
+        self.answerTool(card, { ok: false, error: { code: 'tool_error', message: errMessage(e) } });
+      });
+      return;
+    }
+    this.answerTool(card, { ok: true, result: res === undefined ? null : res });
+  };
+
+  // answerTool records the answer to a request still open here and sends it.
+  Chat.prototype.answerTool = function (card, answer) {
+    var t = card.tool;
+    if (this.toolCards.get(t.toolCallId) !== card) return; // the page has left that session
+    if (t.state !== 'running' && t.state !== 'waiting') return;
+    this.setTool(card, { answer: answer });
+    this.sendToolAnswer(card);
+  };
+
+  Chat.prototype.sendToolAnswer = function (card) {
+    var t = card.tool;
+    // Past its deadline the server has timed the call out: an answer would only be refused.
+    if (this.passed(t.deadlineMs)) {
+      this.setTool(card, { state: 'expired' });
+      return false;
+    }
+    var msg = { type: 'tool_result', run_id: t.runId, tool_call_id: t.toolCallId, ok: !!t.answer.ok };
+    if (t.answer.ok) msg.result = t.answer.result;
+    else msg.error = t.answer.error;
+    if (!this.ready || !this.request(msg, { kind: 'tool', card: card })) {
+      this.setTool(card, { state: 'unsent' });
+      return false;
+    }
+    this.setTool(card, { state: 'sent', sentGen: this.connGen });
+    return true;
+  };
+
+  Chat.prototype.redeliverTool = function (card) {
+    var t = card.tool;
+    if (t.state === 'unsent' || (t.state === 'sent' && t.sentGen !== this.connGen)) this.sendToolAnswer(card);
+  };
+
+  // resendUnsent sends, on a new connection, the answers that found no connection.
+  Chat.prototype.resendUnsent = function () {
+    var self = this;
+    this.toolCards.forEach(function (card) {
+      if (card.tool.state === 'unsent') self.sendToolAnswer(card);
+    });
+  };
+
+  // armTool marks a request expired when its deadline passes before it was answered.
+  Chat.prototype.armTool = function (card) {
+    var self = this;
+    this.atDeadline(card.tool.deadlineMs, function () {
+      var t = card.tool;
+      if (self.toolCards.get(t.toolCallId) !== card) return;
+      if (t.state === 'waiting' || t.state === 'running' || t.state === 'unsent') self.setTool(card, { state: 'expired' });
+    });
+  };
+
+  Chat.prototype.onToolResultRefused = function (card, msg) {
+    if (card.tool.outcome) return; // the server's own word on the call came first
+    this.setTool(card, { state: 'refused', error: { code: msg.code || 'error', message: msg.message || '' } });
+  };
+
+  // setTool replaces a tool card's state (app.js re-renders from it) and its status line.
+  Chat.prototype.setTool = function (card, patch) {
+    var t = Object.assign({}, card.tool, patch);
+    this.setItem(card, { tool: t, statusText: toolStatusText(t) });
+  };
+
+  function toolStatusText(t) {
+    switch (t.state) {
+      case 'waiting': return 'this page has no tool by that name';
+      case 'running': return 'running…';
+      case 'unsent': return 'answer ready — waiting for the connection';
+      case 'sent': return t.answer && t.answer.ok ? 'result sent' : 'declined';
+      case 'done': return 'done — the agent has the result';
+      case 'failed': return t.answer && !t.answer.ok ? 'declined' : 'failed';
+      case 'expired': return t.outcomeText === 'timed out' ? 'timed out' : 'expired — not answered in time';
+      case 'closed': return t.outcomeText || 'the run ended';
+      case 'refused': return 'result refused — ' + errorText(t.error || {});
+    }
+    return t.state;
+  }
+
+  function errMessage(e) {
+    if (e && typeof e.message === 'string' && e.message) return e.message;
+    return String(e);
+  }
+
+  // --- approvals (approval_required → approval_decision) ---
 
   Chat.prototype.onApprovalRequired = function (msg) {
+    var id = msg.approval_id;
+    if (typeof id !== 'string' || id === '') {
+      this.log.warn('agentplane: approval_required without approval_id', msg);
+      return;
+    }
+    var card = this.approvalCards.get(id);
+    if (card) {
+      this.redeliverApproval(card);
+      return;
+    }
     var run = this.ensureRun(msg);
-    var text = 'Approval needed for “' + (msg.tool_name || 'a tool call') + '”';
-    if (msg.args_summary) text += ': ' + msg.args_summary;
-    var n = this.addItem({
-      role: 'notice', runId: run.runId, text: text,
-      approval: { approvalId: msg.approval_id, runId: run.runId, open: run.assistant.status === 'running', decision: null },
-    });
-    run.notices.push(n);
+    var name = typeof msg.tool_name === 'string' && msg.tool_name ? msg.tool_name : 'a tool call';
+    var summary = argsText(msg.args_summary);
+    var text = 'Approval needed for “' + name + '”';
+    if (summary) text += ': ' + summary;
+    var a = {
+      approvalId: id, runId: run.runId, toolCallId: msg.tool_call_id || '', toolName: name, argsSummary: summary,
+      expiresMs: timeMs(msg.expires_at), state: '', open: false, decision: null, reason: '',
+      sentGen: 0, error: null, outcome: '',
+    };
+    if (run.assistant.status !== 'running') a.state = 'closed';
+    else if (this.passed(a.expiresMs)) a.state = 'expired';
+    else a.state = 'pending';
+    a.open = a.state === 'pending';
+    card = this.addItem({ role: 'notice', kind: 'approval', runId: run.runId, text: text, approval: a, statusText: approvalStatusText(a) });
+    this.approvalCards.set(id, card);
+    run.notices.push(card);
+    if (a.state === 'pending') this.armApproval(card);
   };
 
-  Chat.prototype.closeNotices = function (run) {
+  // redeliverApproval: the server still has the approval pending. A decision sent on an older
+  // connection may have been lost with it; deciding again the same way is idempotent.
+  Chat.prototype.redeliverApproval = function (card) {
+    var a = card.approval;
+    if (a.state === 'sent' && a.sentGen !== this.connGen) this.sendDecision(card);
+  };
+
+  Chat.prototype.sendDecision = function (card) {
+    var a = card.approval;
+    var id = this.request({
+      type: 'approval_decision', run_id: a.runId, approval_id: a.approvalId,
+      decision: a.decision, reason: a.reason,
+    }, { kind: 'approval', card: card });
+    if (!id) return false;
+    this.setApproval(card, { state: 'sent', sentGen: this.connGen });
+    return true;
+  };
+
+  // armApproval marks a pending approval expired once its expires_at passes on this clock; the
+  // server's EXPIRED outcome follows.
+  Chat.prototype.armApproval = function (card) {
+    var self = this;
+    this.atDeadline(card.approval.expiresMs, function () {
+      var a = card.approval;
+      if (self.approvalCards.get(a.approvalId) !== card) return;
+      if (a.state === 'pending') self.setApproval(card, { state: 'expired' });
+    });
+  };
+
+  Chat.prototype.onApprovalRefused = function (card, msg) {
+    if (card.approval.outcome) return; // the server's own word on the approval came first
+    var err = { code: msg.code || 'error', message: msg.message || '' };
+    this.setApproval(card, { state: 'refused', error: err });
+    if (!alreadyDecided(err)) this.toast('Approval decision refused — ' + errorText(msg), 'error');
+  };
+
+  // setApproval replaces an approval card's state (app.js re-renders from it) and its status line.
+  Chat.prototype.setApproval = function (card, patch) {
+    var a = Object.assign({}, card.approval, patch);
+    a.open = a.state === 'pending';
+    this.setItem(card, { approval: a, statusText: approvalStatusText(a) });
+  };
+
+  // alreadyDecided tells a refusal because someone decided first (409 conflict) from others.
+  function alreadyDecided(err) {
+    return /conflict|already|decided/.test(err.code || '');
+  }
+
+  function approvalStatusText(a) {
+    switch (a.state) {
+      case 'pending': return '';
+      case 'sent': return a.decision === 'approve' ? 'approving…' : 'rejecting…';
+      case 'approved': return a.decision === 'approve' && a.reason ? 'approved — ' + a.reason : 'approved';
+      case 'rejected': return a.decision === 'reject' && a.reason ? 'rejected — ' + a.reason : 'rejected';
+      case 'expired': return 'expired';
+      case 'cancelled': return 'cancelled';
+      case 'closed': return 'no longer pending';
+      case 'refused':
+        if (alreadyDecided(a.error || {})) return 'already decided: ' + (a.error.message || a.error.code);
+        return 'decision refused — ' + errorText(a.error || {});
+    }
+    return a.state;
+  }
+
+  // closeNotices settles what is still open on a run's cards when the run moves on without
+  // saying how: 'approvals' after a bare RUNNING, 'all' when the run ended.
+  Chat.prototype.closeNotices = function (run, which) {
     var self = this;
     run.notices.forEach(function (n) {
-      if (n.approval && n.approval.open) {
-        self.setItem(n, { approval: Object.assign({}, n.approval, { open: false }) });
+      if (n.approval && !APPROVAL_FINAL[n.approval.state]) {
+        var a = n.approval;
+        // The page's own decision, sent and followed by the resume, is what happened.
+        var state = a.state === 'sent' && which === 'approvals' ? (a.decision === 'approve' ? 'approved' : 'rejected') : 'closed';
+        self.setApproval(n, { state: state });
+      } else if (n.tool && which === 'all' && !TOOL_FINAL[n.tool.state]) {
+        self.setTool(n, { state: 'closed' });
       }
     });
+  };
+
+  // atDeadline calls fn once ms (epoch milliseconds; null means never) has passed.
+  Chat.prototype.atDeadline = function (ms, fn) {
+    if (ms == null) return;
+    var self = this;
+    // Timers overflow past 2^31 ms: a far deadline is re-armed in steps.
+    var wait = Math.min(Math.max(0, ms - this.now()) + 20, 0x3fffffff);
+    this.setTimeout(function () {
+      if (self.stopped) return;
+      if (self.passed(ms)) fn();
+      else self.atDeadline(ms, fn);
+    }, wait);
+  };
+
+  Chat.prototype.passed = function (ms) {
+    return ms != null && this.now() >= ms;
   };
 
   // --- actions (called by the page) ---
@@ -509,16 +884,33 @@
     return true;
   };
 
-  Chat.prototype.decideApproval = function (notice, decision) {
-    var a = notice.approval;
-    if (!a || !a.open || a.decision || !this.ready) return false;
-    var ok = this.request({
-      type: 'approval_decision', run_id: a.runId, approval_id: a.approvalId,
-      decision: decision, reason: 'decided in the chat page',
-    }, { kind: 'approval', notice: notice });
-    if (!ok) return false;
-    this.setItem(notice, { approval: Object.assign({}, a, { decision: decision }), statusText: decision === 'approve' ? 'approved' : 'rejected' });
-    return true;
+  // decideApproval answers an approval card; reason is optional free text. It returns false,
+  // sending nothing, if the card is no longer pending or the page is offline.
+  Chat.prototype.decideApproval = function (card, decision, reason) {
+    var a = card && card.approval;
+    if (!a || a.state !== 'pending' || !this.ready) return false;
+    if (decision !== 'approve' && decision !== 'reject') return false;
+    if (this.passed(a.expiresMs)) {
+      this.setApproval(card, { state: 'expired' });
+      return false;
+    }
+    a.decision = decision;
+    a.reason = String(reason == null ? '' : reason).trim();
+    if (this.sendDecision(card)) return true;
+    a.decision = null;
+    a.reason = '';
+    return false;
+  };
+
+  // declineTool answers a request for a tool this page does not have: ok:false, unsupported_tool.
+  Chat.prototype.declineTool = function (card) {
+    var t = card && card.tool;
+    if (!t || t.state !== 'waiting' || !this.ready) return false;
+    this.answerTool(card, {
+      ok: false,
+      error: { code: 'unsupported_tool', message: 'this browser has no client tool named “' + t.toolName + '”' },
+    });
+    return card.tool.state === 'sent';
   };
 
   // newSession forgets the current session; the next message starts another. A run still
@@ -530,6 +922,8 @@
     this.items = [];
     this.runs.clear();
     this.unconfirmed.clear();
+    this.toolCards.clear();
+    this.approvalCards.clear();
     this.activeRunId = null;
     this.emit('cleared');
     this.emit('session', null);
@@ -559,11 +953,14 @@
 
   Chat.prototype.emitControls = function () {
     var run = this.activeRunId ? this.runs.get(this.activeRunId) : null;
+    var live = run && run.assistant.status === 'running';
     this.emit('controls', {
       canSend: this.canSend(),
       canCancel: !!run && !run.cancelling && this.ready,
       canNewSession: this.pending == null && (this.sessionId != null || this.items.length > 0),
       busy: this.pending != null || this.activeRunId != null,
+      runPhase: live ? run.phase : '',
+      runStatus: live ? (run.cancelling ? 'cancelling…' : run.phaseText) : '',
     });
   };
 
@@ -579,6 +976,7 @@
 
   // snapshot is the state the page exposes to tests as window.agentplaneChat.state().
   Chat.prototype.snapshot = function () {
+    var run = this.activeRunId ? this.runs.get(this.activeRunId) : null;
     return {
       connected: this.connection === 'connected',
       connection: this.connection,
@@ -588,10 +986,25 @@
       messages: this.items.filter(function (it) { return it.role !== 'notice'; }).map(function (it) {
         return { role: it.role, text: it.text, status: it.status, detail: it.statusText, runId: it.runId };
       }),
+      runPhase: run && run.assistant.status === 'running' ? run.phase : '',
+      tools: this.items.filter(function (it) { return it.kind === 'tool'; }).map(function (it) {
+        var t = it.tool;
+        return {
+          toolCallId: t.toolCallId, toolName: t.toolName, runId: t.runId, state: t.state, detail: it.statusText,
+          ok: t.answer ? !!t.answer.ok : null, result: t.answer && t.answer.ok ? t.answer.result : null,
+        };
+      }),
+      approvals: this.items.filter(function (it) { return it.kind === 'approval'; }).map(function (it) {
+        var a = it.approval;
+        return { approvalId: a.approvalId, toolName: a.toolName, runId: a.runId, state: a.state, decision: a.decision, detail: it.statusText };
+      }),
     };
   };
 
-  var api = { Chat: Chat, backoffDelay: backoffDelay, contentText: contentText, humanState: humanState };
+  var api = {
+    Chat: Chat, backoffDelay: backoffDelay, contentText: contentText, humanState: humanState,
+    clientNow: clientNow, timeMs: timeMs,
+  };
   root.AgentplaneChatCore = api;
   if (typeof module === 'object' && module && module.exports) module.exports = api;
 })(typeof window !== 'undefined' ? window : globalThis);

@@ -4,7 +4,7 @@
 
 const assert = require('node:assert/strict');
 const path = require('node:path');
-const { Chat, backoffDelay } = require(path.join(__dirname, '..', 'static', 'chat.js'));
+const { Chat, backoffDelay, clientNow, timeMs } = require(path.join(__dirname, '..', 'static', 'chat.js'));
 
 // FakeSocket records what the page sends; the test plays the server.
 class FakeSocket {
@@ -35,15 +35,18 @@ FakeSocket.all = [];
 function harness(opts = {}) {
   FakeSocket.all = [];
   const timers = [];
+  const clock = { t: 1700000000000 };
   const events = { toasts: [], sessions: [], connection: [], controls: null, added: 0, cleared: 0 };
   const chat = new Chat({
     url: 'ws://test/v1/ws',
     settings: { user: 'demo', key: 'KEY', agent: 'demo' },
     sessionId: opts.sessionId || null,
     WebSocket: FakeSocket,
-    setTimeout: (fn, ms) => { timers.push({ fn, ms }); return timers.length; },
+    setTimeout: (fn, ms) => { timers.push({ fn, ms, at: clock.t + ms }); return timers.length; },
     clearTimeout: (id) => { if (timers[id - 1]) timers[id - 1].fn = null; },
-    now: () => 1700000000000,
+    now: () => clock.t,
+    env: opts.env || { timeZone: 'Europe/Paris', locale: 'fr-FR', offsetMinutes: 60 },
+    clientTools: opts.clientTools,
     log: { warn() {}, info() {}, error: (...a) => { throw new Error('view error: ' + a.join(' ')); } },
     view: {
       connection: (s, info) => events.connection.push([s, info]),
@@ -56,13 +59,13 @@ function harness(opts = {}) {
     },
   });
   const h = {
-    chat, timers, events,
+    chat, timers, events, clock,
     sock: () => FakeSocket.all[FakeSocket.all.length - 1],
     // connect opens the newest socket and answers hello with ready.
     connect() {
       const s = h.sock();
       s.open();
-      assert.deepEqual(s.sent[0], { type: 'hello', ts: 1700000000000, user_id: 'demo', api_key: 'KEY' });
+      assert.deepEqual(s.sent[0], { type: 'hello', ts: clock.t, user_id: 'demo', api_key: 'KEY' });
       s.push({ type: 'ready', user_id: 'demo' });
       return s;
     },
@@ -75,6 +78,16 @@ function harness(opts = {}) {
       return t.ms;
     },
     msgs: () => chat.snapshot().messages.map((m) => [m.role, m.text, m.status]),
+    // card is the tool or approval card for an id; cards lists those of a kind.
+    card: (id) => chat.items.find((i) => (i.tool && i.tool.toolCallId === id) || (i.approval && i.approval.approvalId === id)),
+    cards: (kind) => chat.items.filter((i) => i.kind === kind),
+    // advance moves the fake clock on and runs the timers that are then due.
+    advance(ms) {
+      clock.t += ms;
+      for (const t of timers.slice()) {
+        if (t.fn && t.at <= clock.t) { const fn = t.fn; t.fn = null; fn(); }
+      }
+    },
   };
   chat.start();
   return h;
@@ -344,6 +357,328 @@ const tests = {
     assert.equal(h.chat.snapshot().activeRunId, 'run1');
   },
 
+  'client.now: local wall-clock time with offset, zone and locale'() {
+    const t = 1700000000000; // 2023-11-14T22:13:20Z
+    assert.deepEqual(clientNow(t, { timeZone: 'Europe/Paris', locale: 'fr-FR', offsetMinutes: 60 }), {
+      iso: '2023-11-14T23:13:20.000+01:00', epoch_ms: t, time_zone: 'Europe/Paris', utc_offset_minutes: 60, locale: 'fr-FR',
+    });
+    assert.equal(clientNow(t + 7, { offsetMinutes: -330 }).iso, '2023-11-14T16:43:20.007-05:30');
+    assert.equal(clientNow(t, { offsetMinutes: 0 }).iso, '2023-11-14T22:13:20.000Z');
+    // Without overrides: what the runtime says, and an iso that names the same instant.
+    const r = clientNow(t);
+    assert.deepEqual(Object.keys(r).sort(), ['epoch_ms', 'iso', 'locale', 'time_zone', 'utc_offset_minutes']);
+    assert.equal(new Date(r.iso).getTime(), t);
+    assert.equal(r.utc_offset_minutes, -new Date(t).getTimezoneOffset());
+    assert.equal(r.time_zone, Intl.DateTimeFormat().resolvedOptions().timeZone);
+    assert.ok(typeof r.locale === 'string' && r.locale !== '');
+  },
+
+  'timeMs reads epoch ms and RFC 3339; zero means none'() {
+    assert.equal(timeMs(1700000000000), 1700000000000);
+    assert.equal(timeMs('1700000000000'), 1700000000000);
+    assert.equal(timeMs('2023-11-14T22:13:20Z'), 1700000000000);
+    assert.deepEqual([timeMs(0), timeMs(null), timeMs(''), timeMs('soon'), timeMs({})], [null, null, null, null, null]);
+  },
+
+  'client.now request: run at once, answered once, re-sent after a reconnect, settled by state'() {
+    const h = harness({ sessionId: 's1' });
+    let s = h.connect();
+    s.push(ev(1, 'run_started', { message: { role: 'user', content: 'What time is it?' } }));
+    s.push(ev(2, 'state', { state: 'PAUSED_WAITING_TOOL', detail: { tool_call_id: 'tc1', tool_name: 'client.now' } }));
+    assert.equal(h.chat.snapshot().runPhase, 'waiting_tool');
+    assert.equal(h.events.controls.runStatus, 'waiting for this browser');
+    assert.equal(h.chat.snapshot().messages[1].detail, 'waiting for this browser');
+
+    s.push(ev(3, 'tool_request', { tool_call_id: 'tc1', tool_name: 'client.now', args: {}, deadline_ts: h.clock.t + 30000 }));
+    const results = s.ofType('tool_result');
+    assert.equal(results.length, 1);
+    const r = results[0];
+    assert.match(r.request_id, /^r-/);
+    assert.deepEqual(r, {
+      type: 'tool_result', run_id: 'run1', tool_call_id: 'tc1', ok: true, request_id: r.request_id, ts: h.clock.t,
+      result: { iso: '2023-11-14T23:13:20.000+01:00', epoch_ms: 1700000000000, time_zone: 'Europe/Paris', utc_offset_minutes: 60, locale: 'fr-FR' },
+    });
+    const card = h.card('tc1');
+    assert.equal(card.tool.state, 'sent');
+    assert.equal(card.text, 'The agent asks this browser to run “client.now”');
+    assert.equal(h.chat.snapshot().messages.length, 2, 'cards are not messages');
+    assert.deepEqual(h.chat.snapshot().tools.map((t) => [t.toolCallId, t.state, t.ok]), [['tc1', 'sent', true]]);
+
+    // After the subscribe the server sends the pending request again, without seq: one card,
+    // and no second answer on the same connection.
+    s.push({ type: 'tool_request', session_id: 's1', run_id: 'run1', tool_call_id: 'tc1', tool_name: 'client.now', args: {}, deadline_ts: h.clock.t + 30000 });
+    assert.equal(h.cards('tool').length, 1);
+    assert.equal(s.ofType('tool_result').length, 1);
+    assert.equal(h.chat.snapshot().lastSeq, 3);
+
+    // The answer may have been lost with the connection: the re-sent request gets it again.
+    s.drop();
+    h.advance(500);
+    s = h.connect();
+    assert.equal(s.ofType('subscribe')[0].after_seq, 3);
+    s.push({ type: 'tool_request', session_id: 's1', run_id: 'run1', tool_call_id: 'tc1', tool_name: 'client.now', args: {}, deadline_ts: h.clock.t + 29000 });
+    assert.equal(s.ofType('tool_result').length, 1);
+    assert.deepEqual(s.ofType('tool_result')[0].result, r.result, 'the same answer, not a new reading');
+    assert.notEqual(s.ofType('tool_result')[0].request_id, r.request_id);
+    assert.equal(h.cards('tool').length, 1);
+
+    s.push(ev(4, 'state', { state: 'RUNNING', detail: { tool_call_id: 'tc1', tool_name: 'client.now', outcome: 'SUCCEEDED' } }));
+    assert.equal(h.card('tc1').tool.state, 'done');
+    assert.equal(h.chat.snapshot().runPhase, 'running');
+    assert.equal(h.events.controls.runStatus, 'running…');
+    // A late refusal of the duplicate answer changes nothing.
+    s.push({ type: 'error', request_id: s.ofType('tool_result')[0].request_id, code: 'conflict', message: 'already answered' });
+    assert.equal(h.card('tc1').tool.state, 'done');
+    assert.equal(h.events.toasts.length, 0);
+
+    s.push(ev(5, 'delta', { text: 'It is 23:13.' }));
+    s.push(ev(6, 'done', {}));
+    assert.equal(h.events.controls.runStatus, '');
+    assert.equal(h.chat.snapshot().runPhase, '');
+    assert.equal(h.card('tc1').tool.state, 'done', 'run end leaves settled cards alone');
+  },
+
+  'unknown client tool: not run; Decline answers unsupported_tool once'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    s.push(ev(1, 'run_started', { message: { role: 'user', content: 'x' } }));
+    s.push(ev(2, 'tool_request', { tool_call_id: 'tc9', tool_name: 'browser.open', args: { url: 'https://example.test/' } }));
+    const card = h.card('tc9');
+    assert.equal(card.tool.supported, false);
+    assert.equal(card.tool.state, 'waiting');
+    assert.equal(card.tool.argsText, '{"url":"https://example.test/"}');
+    assert.equal(s.ofType('tool_result').length, 0, 'nothing answered by itself');
+    assert.equal(h.chat.declineTool(card), true);
+    const r = s.last();
+    assert.deepEqual(r, {
+      type: 'tool_result', run_id: 'run1', tool_call_id: 'tc9', ok: false, request_id: r.request_id, ts: h.clock.t,
+      error: { code: 'unsupported_tool', message: 'this browser has no client tool named “browser.open”' },
+    });
+    assert.equal(h.card('tc9').tool.state, 'sent');
+    assert.equal(h.card('tc9').statusText, 'declined');
+    assert.equal(h.chat.declineTool(h.card('tc9')), false);
+    assert.equal(s.ofType('tool_result').length, 1);
+    s.push(ev(3, 'state', { state: 'RUNNING', detail: { tool_call_id: 'tc9', outcome: 'FAILED' } }));
+    assert.equal(h.card('tc9').tool.state, 'failed');
+    assert.equal(h.card('tc9').statusText, 'declined');
+  },
+
+  'client tool request past its deadline: shown expired, never answered'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    s.push(ev(1, 'run_started', { message: { role: 'user', content: 'x' } }));
+    s.push(ev(2, 'tool_request', { tool_call_id: 'old', tool_name: 'client.now', args: {}, deadline_ts: h.clock.t - 1 }));
+    assert.equal(h.card('old').tool.state, 'expired');
+    assert.equal(s.ofType('tool_result').length, 0);
+    // A pending unknown tool expires on the clock; Decline is then refused.
+    s.push(ev(3, 'tool_request', { tool_call_id: 'tc2', tool_name: 'nope', deadline_ts: new Date(h.clock.t + 10000).toISOString() }));
+    assert.equal(h.card('tc2').tool.state, 'waiting');
+    h.advance(5000);
+    assert.equal(h.card('tc2').tool.state, 'waiting');
+    h.advance(5100);
+    assert.equal(h.card('tc2').tool.state, 'expired');
+    assert.equal(h.chat.declineTool(h.card('tc2')), false);
+    assert.equal(s.ofType('tool_result').length, 0);
+    // The server's TIMEOUT outcome names it.
+    s.push(ev(4, 'state', { state: 'RUNNING', detail: { tool_call_id: 'tc2', outcome: 'TIMEOUT' } }));
+    assert.equal(h.card('tc2').statusText, 'timed out');
+  },
+
+  'client tool that returns a promise, or throws'() {
+    return (async () => {
+      let resolve;
+      const h = harness({
+        sessionId: 's1',
+        clientTools: {
+          'client.slow': () => new Promise((r) => { resolve = r; }),
+          'client.broken': () => { throw new Error('no camera'); },
+        },
+      });
+      const s = h.connect();
+      s.push(ev(1, 'run_started', { message: { role: 'user', content: 'x' } }));
+      s.push(ev(2, 'tool_request', { tool_call_id: 'a', tool_name: 'client.slow', args: { n: 1 } }));
+      assert.equal(h.card('a').tool.state, 'running');
+      assert.equal(s.ofType('tool_result').length, 0);
+      resolve({ v: 42 });
+      await new Promise((r) => setImmediate(r));
+      assert.deepEqual(s.ofType('tool_result').map((m) => [m.tool_call_id, m.ok, m.result]), [['a', true, { v: 42 }]]);
+      s.push(ev(3, 'tool_request', { tool_call_id: 'b', tool_name: 'client.broken' }));
+      const r = s.last();
+      assert.deepEqual([r.tool_call_id, r.ok, r.error], ['b', false, { code: 'tool_error', message: 'no camera' }]);
+      // client.now is not offered when the page is given its own tools.
+      s.push(ev(4, 'tool_request', { tool_call_id: 'c', tool_name: 'client.now' }));
+      assert.equal(h.card('c').tool.state, 'waiting');
+    })();
+  },
+
+  'tool result refused by the server shows on the card'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    s.push(ev(1, 'run_started', { message: { role: 'user', content: 'x' } }));
+    s.push(ev(2, 'tool_request', { tool_call_id: 'tc1', tool_name: 'client.now' }));
+    s.push({ type: 'error', request_id: s.last().request_id, code: 'tool_call_not_pending', message: 'timed out' });
+    assert.equal(h.card('tc1').tool.state, 'refused');
+    assert.equal(h.card('tc1').statusText, 'result refused — tool_call_not_pending: timed out');
+    assert.equal(h.chat.snapshot().connected, true);
+  },
+
+  'approval: dedupe by approval_id, reason, decision shape, outcome from state'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    s.push(ev(1, 'run_started', { message: { role: 'user', content: 'Send 250 to Bob' } }));
+    const req = { approval_id: 'ap1', tool_call_id: 'tc5', tool_name: 'demo.transfer', args_summary: 'transfer 250 to Bob', expires_at: h.clock.t + 600000 };
+    s.push(ev(2, 'approval_required', req));
+    s.push(ev(3, 'state', { state: 'PAUSED_WAITING_APPROVAL', detail: { tool_call_id: 'tc5', tool_name: 'demo.transfer', approval_id: 'ap1' } }));
+    s.push(Object.assign({ type: 'approval_required', session_id: 's1', run_id: 'run1' }, req)); // the re-send, no seq
+    assert.equal(h.cards('approval').length, 1);
+    const card = h.card('ap1');
+    assert.equal(card.text, 'Approval needed for “demo.transfer”: transfer 250 to Bob');
+    assert.equal(card.approval.open, true);
+    assert.equal(card.approval.expiresMs, h.clock.t + 600000);
+    assert.equal(h.chat.snapshot().runPhase, 'waiting_approval');
+    assert.equal(h.events.controls.runStatus, 'waiting for your approval');
+    assert.equal(h.chat.snapshot().messages[1].detail, 'waiting for your approval');
+
+    assert.equal(h.chat.decideApproval(card, 'maybe'), false);
+    assert.equal(h.chat.decideApproval(card, 'approve', '  looks right '), true);
+    const d = s.last();
+    assert.deepEqual(d, {
+      type: 'approval_decision', run_id: 'run1', approval_id: 'ap1', decision: 'approve', reason: 'looks right',
+      request_id: d.request_id, ts: h.clock.t,
+    });
+    assert.match(d.request_id, /^r-/);
+    assert.equal(card.approval.open, false, 'buttons off once sent');
+    assert.equal(card.statusText, 'approving…');
+    assert.equal(h.chat.decideApproval(card, 'reject'), false);
+    assert.equal(s.ofType('approval_decision').length, 1);
+    // The re-send on the same connection does not send the decision again.
+    s.push(Object.assign({ type: 'approval_required', session_id: 's1', run_id: 'run1' }, req));
+    assert.equal(s.ofType('approval_decision').length, 1);
+
+    s.push(ev(4, 'state', { state: 'RUNNING', detail: { tool_call_id: 'tc5', tool_name: 'demo.transfer', approval_id: 'ap1', outcome: 'DISPATCHED' } }));
+    assert.equal(card.approval.state, 'approved');
+    assert.equal(card.statusText, 'approved — looks right');
+    assert.equal(h.chat.snapshot().runPhase, 'running');
+    assert.deepEqual(h.chat.snapshot().approvals.map((a) => [a.approvalId, a.state, a.decision]), [['ap1', 'approved', 'approve']]);
+    // Later states of the same tool call do not touch the approval.
+    s.push(ev(5, 'state', { state: 'RUNNING', detail: { tool_call_id: 'tc5', outcome: 'SUCCEEDED' } }));
+    assert.equal(card.approval.state, 'approved');
+  },
+
+  'approval outcomes: rejected, expired, cancelled; decided elsewhere'() {
+    for (const [outcome, state, text] of [['REJECTED', 'rejected', 'rejected'], ['EXPIRED', 'expired', 'expired'], ['CANCELLED', 'cancelled', 'cancelled']]) {
+      const h = harness({ sessionId: 's1' });
+      const s = h.connect();
+      s.push(ev(1, 'run_started', { message: { role: 'user', content: 'x' } }));
+      s.push(ev(2, 'approval_required', { approval_id: 'ap1', tool_call_id: 'tc1', tool_name: 't' }));
+      s.push(ev(3, 'state', { state: 'RUNNING', detail: { tool_call_id: 'tc1', approval_id: 'ap1', outcome } }));
+      const card = h.card('ap1');
+      assert.equal(card.approval.state, state, outcome);
+      assert.equal(card.statusText, text);
+      assert.equal(h.chat.decideApproval(card, 'approve'), false);
+      assert.equal(s.ofType('approval_decision').length, 0);
+    }
+    // Our own rejection, with its reason.
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    s.push(ev(1, 'run_started', { message: { role: 'user', content: 'x' } }));
+    s.push(ev(2, 'approval_required', { approval_id: 'ap1', tool_call_id: 'tc1', tool_name: 't' }));
+    assert.equal(h.chat.decideApproval(h.card('ap1'), 'reject', 'wrong account'), true);
+    assert.deepEqual([s.last().decision, s.last().reason], ['reject', 'wrong account']);
+    assert.equal(h.card('ap1').statusText, 'rejecting…');
+    s.push(ev(3, 'state', { state: 'RUNNING', detail: { tool_call_id: 'tc1', approval_id: 'ap1', outcome: 'REJECTED' } }));
+    assert.equal(h.card('ap1').statusText, 'rejected — wrong account');
+  },
+
+  'approval already decided: the conflict reply shows, nothing re-enabled'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    s.push(ev(1, 'run_started', { message: { role: 'user', content: 'x' } }));
+    s.push(ev(2, 'approval_required', { approval_id: 'ap1', tool_call_id: 'tc1', tool_name: 't' }));
+    const card = h.card('ap1');
+    h.chat.decideApproval(card, 'approve');
+    s.push({ type: 'error', request_id: s.last().request_id, code: 'conflict', message: 'approval ap1 was rejected' });
+    assert.equal(card.approval.state, 'refused');
+    assert.equal(card.approval.open, false);
+    assert.equal(card.statusText, 'already decided: approval ap1 was rejected');
+    assert.equal(h.events.toasts.length, 0);
+    assert.equal(h.chat.decideApproval(card, 'reject'), false);
+    // Another refusal is worth a toast, and still re-enables nothing.
+    s.push(ev(3, 'approval_required', { approval_id: 'ap2', tool_call_id: 'tc2', tool_name: 't' }));
+    h.chat.decideApproval(h.card('ap2'), 'approve');
+    s.push({ type: 'error', request_id: s.last().request_id, code: 'forbidden', message: 'not your approval' });
+    assert.equal(h.card('ap2').statusText, 'decision refused — forbidden: not your approval');
+    assert.equal(h.card('ap2').approval.open, false);
+    assert.equal(h.events.toasts.length, 1);
+    // The server's outcome still settles a refused card.
+    s.push(ev(4, 'state', { state: 'RUNNING', detail: { tool_call_id: 'tc1', approval_id: 'ap1', outcome: 'REJECTED' } }));
+    assert.equal(card.statusText, 'rejected');
+  },
+
+  'approval decision sent again after a reconnect if still pending'() {
+    const h = harness({ sessionId: 's1' });
+    let s = h.connect();
+    s.push(ev(1, 'run_started', { message: { role: 'user', content: 'x' } }));
+    const req = { approval_id: 'ap1', tool_call_id: 'tc1', tool_name: 't' };
+    s.push(ev(2, 'approval_required', req));
+    h.chat.decideApproval(h.card('ap1'), 'approve', 'ok');
+    s.drop();
+    assert.equal(h.chat.decideApproval(h.card('ap1'), 'approve'), false);
+    h.advance(500);
+    s = h.connect();
+    s.push(Object.assign({ type: 'approval_required', session_id: 's1', run_id: 'run1' }, req));
+    assert.deepEqual(s.ofType('approval_decision').map((m) => [m.approval_id, m.decision, m.reason]), [['ap1', 'approve', 'ok']]);
+    assert.equal(h.cards('approval').length, 1);
+  },
+
+  'approval expires on the clock; offline decide sends nothing'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    s.push(ev(1, 'run_started', { message: { role: 'user', content: 'x' } }));
+    s.push(ev(2, 'approval_required', { approval_id: 'ap1', tool_call_id: 'tc1', tool_name: 't', expires_at: new Date(h.clock.t + 60000).toISOString() }));
+    s.push(ev(3, 'approval_required', { approval_id: 'late', tool_call_id: 'tc2', tool_name: 't', expires_at: h.clock.t - 5 }));
+    assert.equal(h.card('late').approval.state, 'expired');
+    h.advance(60100);
+    assert.equal(h.card('ap1').approval.state, 'expired');
+    assert.equal(h.card('ap1').approval.open, false);
+    assert.equal(h.chat.decideApproval(h.card('ap1'), 'approve'), false);
+    assert.equal(s.ofType('approval_decision').length, 0);
+  },
+
+  'run end closes open cards; a server tool wait names the tool'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    s.push(ev(1, 'run_started', { message: { role: 'user', content: 'x' } }));
+    s.push(ev(2, 'state', { state: 'PAUSED_WAITING_TOOL', detail: { tool_call_id: 'w1', tool_name: 'demo.weather' } }));
+    assert.equal(h.events.controls.runStatus, 'waiting for the tool “demo.weather”');
+    s.push(ev(3, 'state', { state: 'RUNNING', detail: { tool_call_id: 'w1', tool_name: 'demo.weather', outcome: 'SUCCEEDED' } }));
+    s.push(ev(4, 'approval_required', { approval_id: 'ap1', tool_call_id: 'tc1', tool_name: 't' }));
+    s.push(ev(5, 'tool_request', { tool_call_id: 'tc2', tool_name: 'nope' }));
+    s.push(ev(6, 'state', { state: 'thinking' }));
+    assert.equal(h.card('ap1').approval.open, true, "an agent's own state closes nothing");
+    s.push(ev(7, 'error', { code: 'agent_disconnected', message: 'gone' }));
+    assert.equal(h.card('ap1').approval.state, 'closed');
+    assert.equal(h.card('ap1').statusText, 'no longer pending');
+    assert.equal(h.card('tc2').tool.state, 'closed');
+    assert.equal(h.chat.declineTool(h.card('tc2')), false);
+    assert.equal(h.events.controls.runStatus, '');
+    // Replayed requests of a finished run are shown closed and not answered.
+    s.push(ev(8, 'tool_request', { tool_call_id: 'tc3', tool_name: 'client.now' }));
+    assert.equal(h.card('tc3').tool.state, 'closed');
+    assert.equal(s.ofType('tool_result').length, 0);
+  },
+
+  'new session forgets the cards'() {
+    const h = harness();
+    const s = h.connect();
+    h.chat.send('hi');
+    s.push(ev(2, 'run_started', { request_id: s.last().request_id, message: { role: 'user', content: 'hi' } }));
+    s.push(ev(3, 'approval_required', { approval_id: 'ap1', tool_call_id: 'tc1', tool_name: 't' }));
+    h.chat.newSession();
+    assert.equal(h.chat.approvalCards.size, 0);
+    assert.deepEqual(h.chat.snapshot().approvals, []);
+  },
+
   'stop closes for good'() {
     const h = harness();
     const s = h.connect();
@@ -354,17 +689,19 @@ const tests = {
   },
 };
 
-let failed = 0;
-for (const [name, fn] of Object.entries(tests)) {
-  try {
-    fn();
-    console.log('ok   ' + name);
-  } catch (e) {
-    failed++;
-    console.log('FAIL ' + name + '\n' + (e && e.stack));
+(async () => {
+  let failed = 0;
+  for (const [name, fn] of Object.entries(tests)) {
+    try {
+      await fn();
+      console.log('ok   ' + name);
+    } catch (e) {
+      failed++;
+      console.log('FAIL ' + name + '\n' + (e && e.stack));
+    }
   }
-}
-if (failed) {
-  console.log(failed + ' failed');
-  process.exit(1);
-}
+  if (failed) {
+    console.log(failed + ' failed');
+    process.exit(1);
+  }
+})();
