@@ -1,7 +1,11 @@
 // Package demo is what `serve --demo` starts: a real HTTP agent on its own
 // loopback port, built with the Go SDK and registered through the normal
-// API. It answers through the platform's LLM proxy — the built-in fake
-// upstream by default, a real model when AGENTPLANE_LLM_BASE_URL is set.
+// API, and the tools it calls (tools.go). It routes each message by its
+// words (route.go): weather questions call the server tool demo.weather,
+// "time" the browser's client tool client.now, "send 250 to Bob" the server
+// tool demo.transfer (approval above 100); anything else is answered
+// through the platform's LLM proxy — the built-in fake upstream by default,
+// a real model when AGENTPLANE_LLM_BASE_URL is set.
 package demo
 
 import (
@@ -22,47 +26,68 @@ import (
 // AgentID is the demo agent's id.
 const AgentID = "demo"
 
-// Agent is the demo agent: Listen, register it, then Serve.
+// Agent is the demo agent and its tool listener: Listen, register the agent
+// (at URL) and the tools (RegisterTools with ToolsURL), then Serve.
 type Agent struct {
-	URL   string
-	ln    net.Listener
-	srv   *http.Server
-	model string
+	// URL is the agent's endpoint.
+	URL string
+	// ToolsURL is the base URL of the demo's server tools
+	// (POST {ToolsURL}/weather, POST {ToolsURL}/transfer).
+	ToolsURL string
+
+	ln, toolsLn   net.Listener
+	srv, toolsSrv *http.Server
+	model         string
 }
 
-// Listen reserves the demo agent's loopback port, so its endpoint is known
-// before it is registered.
+// Listen reserves the loopback ports of the demo agent and of its tools, so
+// their URLs are known before they are registered.
 func Listen() (*Agent, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("demo agent: %w", err)
 	}
-	return &Agent{URL: "http://" + ln.Addr().String(), ln: ln}, nil
+	toolsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("demo tools: %w", err)
+	}
+	return &Agent{URL: "http://" + ln.Addr().String(), ToolsURL: "http://" + toolsLn.Addr().String(), ln: ln, toolsLn: toolsLn}, nil
 }
 
-// Serve answers invocations, calling model through the platform at
-// platformURL with the agent's key.
+// Serve answers invocations, calling model and the tools through the
+// platform at platformURL with the agent's key, and serves the tools.
 func (a *Agent) Serve(platformURL, agentKey, model string) {
 	a.model = model
 	h := agentplane.NewAgentHandler(a.reply)
 	h.Platform = agentplane.NewClient(platformURL, agentKey)
 	a.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	a.toolsSrv = &http.Server{Handler: newToolServer(), ReadHeaderTimeout: 10 * time.Second}
 	go a.srv.Serve(a.ln)
+	go a.toolsSrv.Serve(a.toolsLn)
 }
 
-// Stop closes the demo agent.
+// Stop closes the demo agent and its tools.
 func (a *Agent) Stop(ctx context.Context) error {
 	if a.srv == nil {
-		return a.ln.Close()
+		return errors.Join(a.ln.Close(), a.toolsLn.Close())
 	}
-	return a.srv.Shutdown(ctx)
+	return errors.Join(a.srv.Shutdown(ctx), a.toolsSrv.Shutdown(ctx))
+}
+
+// reply routes the message to a tool, or to the model.
+func (a *Agent) reply(ctx context.Context, req *agentplane.Request, s agentplane.Stream) error {
+	if rt := routeMessage(req.InputMessage.Content); rt.Tool != "" && req.Client() != nil {
+		return callTool(ctx, req.Client(), s, rt)
+	}
+	return a.replyLLM(ctx, req, s)
 }
 
 const systemPrompt = "You are the agentplane demo agent. Answer briefly and kindly."
 
-// reply streams the model's answer: a state event, then each token the
+// replyLLM streams the model's answer: a state event, then each token the
 // proxy relays, as a delta.
-func (a *Agent) reply(ctx context.Context, req *agentplane.Request, s agentplane.Stream) error {
+func (a *Agent) replyLLM(ctx context.Context, req *agentplane.Request, s agentplane.Stream) error {
 	if err := s.State("thinking", map[string]any{"model": a.model, "via": "agentplane LLM proxy"}); err != nil {
 		return err
 	}
