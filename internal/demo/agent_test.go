@@ -250,3 +250,15 @@ func TestDemoAgentApprovedTransferAndOfflineBrowser(t *testing.T) {
 		t.Errorf("offline browser: %q (%s)", deltas, last)
 	}
 }
+
+// The chat page's client.now answer (internal/console/static/chat.js) reads well.
+func TestDescribeConsoleClockAnswer(t *testing.T) {
+	res := json.RawMessage(`{"iso":"2026-11-22T11:42:04.123+01:00","epoch_ms":1795344124123,"time_zone":"Europe/Paris","utc_offset_minutes":60,"locale":"fr-FR"}`)
+	got := describeResult(route{Tool: ToolNow}, res)
+	if want := "Your browser says it is 11:42 on Sunday 22 November 2026 (Europe/Paris)."; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got := describeResult(route{Tool: ToolNow}, json.RawMessage(`[1]`)); got != "Your browser answered: [1]" {
+		t.Errorf("unknown shape: %q", got)
+	}
+}

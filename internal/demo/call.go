@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	agentplane "github.com/agentplane/agentplane/sdk/go"
 )
@@ -48,8 +49,13 @@ func describeResult(rt route, res json.RawMessage) string {
 				m["city"], m["temp_c"], m["conditions"], m["humidity_pct"], m["wind_kph"])
 		}
 	case ToolNow:
-		// The chat page decides the shape; read the usual names, else show it raw.
+		// The chat page answers {iso, epoch_ms, time_zone, utc_offset_minutes,
+		// locale}; other clients may differ, so read the usual names and
+		// fall back to the raw answer.
 		when := firstString(m, "local", "time", "iso", "now")
+		if t, err := time.Parse(time.RFC3339, when); err == nil {
+			when = t.Format("15:04 on Monday 2 January 2006") // iso carries the browser's offset
+		}
 		zone := firstString(m, "time_zone", "timezone", "tz")
 		switch {
 		case when != "" && zone != "":
