@@ -64,11 +64,12 @@
     return JSON.stringify(content);
   }
 
-  // humanState renders a run state for the status line: "PAUSED_WAITING_APPROVAL" → "paused
-  // waiting approval", with the detail appended when it is short text.
+  // humanState renders a state for the status line: "PAUSED_WAITING_APPROVAL" → "paused
+  // waiting approval", "calling_tool" → "calling tool", with the detail appended when it is
+  // short text.
   function humanState(state, detail) {
     var s = String(state == null ? '' : state);
-    if (/^[A-Z0-9_]+$/.test(s)) s = s.toLowerCase().replace(/_/g, ' ');
+    if (/^[A-Z0-9_]+$/.test(s) || /^[a-z0-9]+(_[a-z0-9]+)+$/.test(s)) s = s.toLowerCase().replace(/_/g, ' ');
     if (typeof detail === 'string' && detail !== '') s += s ? ' — ' + detail : detail;
     return s;
   }
@@ -510,8 +511,9 @@
     if (run.assistant.status !== 'running') return;
     var phase = RUN_PHASES[state];
     if (!phase) {
-      // A state of the agent's own ("thinking"): shown on its bubble; the run's phase stays.
-      this.setItem(run.assistant, { statusText: run.cancelling ? 'cancelling…' : humanState(msg.state, msg.detail) });
+      // A state of the agent's own ("thinking"): shown on its bubble unless the platform has
+      // paused the run, which says more ("waiting for your approval"); the phase stays.
+      if (run.phase === 'running') this.setItem(run.assistant, { statusText: run.cancelling ? 'cancelling…' : humanState(msg.state, msg.detail) });
       return;
     }
     // A bare RUNNING names no tool call: the run resumed, so whatever it waited for was

@@ -668,6 +668,21 @@ const tests = {
     assert.equal(s.ofType('tool_result').length, 0);
   },
 
+  "the agent's own states: words on the bubble, never over the platform's pause"() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    s.push(ev(1, 'run_started', { message: { role: 'user', content: 'x' } }));
+    s.push(ev(2, 'state', { state: 'calling_tool', detail: { tool: 'demo.transfer', args: { amount: 250 } } }));
+    assert.equal(h.chat.snapshot().messages[1].detail, 'calling tool');
+    assert.equal(h.events.controls.runStatus, 'running…');
+    s.push(ev(3, 'approval_required', { approval_id: 'ap1', tool_call_id: 'tc1', tool_name: 'demo.transfer' }));
+    s.push(ev(4, 'state', { state: 'PAUSED_WAITING_APPROVAL', detail: { tool_call_id: 'tc1', approval_id: 'ap1' } }));
+    s.push(ev(5, 'state', { state: 'waiting_for_tool', detail: { tool_call_id: 'tc1', approval_id: 'ap1', state: 'WAITING_APPROVAL' } }));
+    assert.equal(h.chat.snapshot().messages[1].detail, 'waiting for your approval');
+    assert.equal(h.events.controls.runStatus, 'waiting for your approval');
+    assert.equal(h.card('ap1').approval.state, 'pending', 'an agent state without outcome settles nothing');
+  },
+
   'new session forgets the cards'() {
     const h = harness();
     const s = h.connect();
