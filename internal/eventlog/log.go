@@ -48,6 +48,10 @@ type Log struct {
 	mu      sync.RWMutex // guards closing against concurrent submits
 	closing bool
 	stop    sync.Once
+
+	obsMu  sync.RWMutex
+	local  []func([]store.Event)
+	remote []func(sessionIDs []string)
 }
 
 // New starts the writer loops.
@@ -66,13 +70,38 @@ func New(st store.Store, opts Options) *Log {
 	}
 	l := &Log{origin: opts.Origin, st: st, hub: NewHub(), seed: maphash.MakeSeed()}
 	for range opts.Shards {
-		w := &writer{st: st, origin: opts.Origin, appended: &l.appended, commits: &l.commits, queue: make(chan *op, opts.QueueSize), publish: l.hub.Publish, maxBatch: opts.MaxBatch, log: opts.Logger}
+		w := &writer{st: st, origin: opts.Origin, appended: &l.appended, commits: &l.commits, queue: make(chan *op, opts.QueueSize), publish: l.publish, maxBatch: opts.MaxBatch, log: opts.Logger}
 		stopped := make(chan struct{})
 		l.shards = append(l.shards, w)
 		l.stopped = append(l.stopped, stopped)
 		go w.loop(stopped)
 	}
 	return l
+}
+
+// Observe registers hooks that see the log move without subscribing to a
+// session: local gets every batch of events this process commits (after
+// the commit, on the writer goroutine, so it must not block); remote gets
+// the sessions other processes reported (nil: any session may have moved,
+// after a listener reconnect). The tool service wakes its long-polls so.
+func (l *Log) Observe(local func([]store.Event), remote func(sessionIDs []string)) {
+	l.obsMu.Lock()
+	defer l.obsMu.Unlock()
+	if local != nil {
+		l.local = append(l.local, local)
+	}
+	if remote != nil {
+		l.remote = append(l.remote, remote)
+	}
+}
+
+func (l *Log) publish(events []store.Event) {
+	l.hub.Publish(events)
+	l.obsMu.RLock()
+	defer l.obsMu.RUnlock()
+	for _, fn := range l.local {
+		fn(events)
+	}
 }
 
 // Stats reports events appended and transactions committed so far.
@@ -154,15 +183,19 @@ func (l *Log) AppendAsync(ctx context.Context, done func([]store.Event, error), 
 // reconnect) re-checks every subscription. Our own notifications are skipped:
 // the hub already has those events.
 func (l *Log) Notified(origin string, sessionIDs []string) {
-	if sessionIDs == nil {
-		l.hub.PokeAll()
+	if sessionIDs != nil && origin == l.origin {
 		return
 	}
-	if origin == l.origin {
-		return
+	if sessionIDs == nil {
+		l.hub.PokeAll()
 	}
 	for _, s := range sessionIDs {
 		l.hub.Poke(s)
+	}
+	l.obsMu.RLock()
+	defer l.obsMu.RUnlock()
+	for _, fn := range l.remote {
+		fn(sessionIDs)
 	}
 }
 

@@ -15,3 +15,16 @@ const (
 	TypeLLMCallStarted     = "llm_call_started"
 	TypeLLMCallDone        = "llm_call_done"
 )
+
+// Tool call and approval events (issue 4). approval_created reaches the
+// client as approval_required and tool_request as itself; the others are
+// trace only.
+const (
+	TypeToolCallCreated  = "tool_call_created" // {tool_call_id, tool_name, kind, args, idempotency_key, timeout_ms}
+	TypePolicyDecision   = "policy_decision"   // {tool_call_id, tool_name, decision, rule, expr, errors, eval_us}
+	TypeApprovalCreated  = "approval_created"  // {approval_id, tool_call_id, tool_name, args_summary, expires_at}
+	TypeApprovalDecision = "approval_decision" // {approval_id, tool_call_id, decision, decided_by, reason, decided_at, waited_ms}
+	TypeToolDispatched   = "tool_dispatched"   // {tool_call_id, tool_name, kind, attempt, deadline_at}
+	TypeToolRequest      = "tool_request"      // {tool_call_id, tool_name, args, deadline_ts}
+	TypeToolResult       = "tool_result"       // {tool_call_id, tool_name, state, status, result?, error?, duration_ms, exec_ms}
+)

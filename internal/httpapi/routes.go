@@ -14,6 +14,7 @@ import (
 	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
+	"github.com/agentplane/agentplane/internal/toolsvc"
 )
 
 // maxBody bounds JSON request bodies of the management API.
@@ -31,6 +32,7 @@ type API struct {
 	Ready   func() bool
 	Logger  *slog.Logger
 	Metrics *metrics.Registry
+	Tools   *toolsvc.Service
 }
 
 // Routes registers every management route on mux.
@@ -52,6 +54,16 @@ func (a *API) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/sessions/{session_id}/events", a.sessionEvents)
 	mux.HandleFunc("GET /v1/sessions/{session_id}/messages", a.messagesList)
 	mux.HandleFunc("POST /v1/sessions/{session_id}/messages", a.messageAppend)
+
+	mux.HandleFunc("GET /v1/tools", a.toolList)
+	mux.HandleFunc("PUT /v1/tools/{tool_name}", a.toolPut)
+	mux.HandleFunc("GET /v1/tools/{tool_name}", a.toolGet)
+	mux.HandleFunc("DELETE /v1/tools/{tool_name}", a.toolDelete)
+	mux.HandleFunc("POST /v1/tools/{verb}", a.toolVerb) // {tool_name}:invoke
+	mux.HandleFunc("GET /v1/tool_calls/{tool_call_id}", a.toolCallGet)
+	mux.HandleFunc("POST /v1/tool_calls/{verb}", a.toolCallVerb) // {tool_call_id}:wait
+	mux.HandleFunc("GET /v1/approvals", a.approvalList)
+	mux.HandleFunc("POST /v1/approvals/{verb}", a.approvalVerb) // {approval_id}:decide
 
 	mux.HandleFunc("PUT /v1/context/{key...}", a.contextPut)
 	mux.HandleFunc("GET /v1/context/{key...}", a.contextGet)

@@ -13,8 +13,16 @@ type command struct {
 	AgentID   string
 	Content   string // agent_invoke
 	AfterSeq  int64  // subscribe
-	RunID     string // cancel_run
-	Reason    string // cancel_run
+	RunID     string // cancel_run, tool_result, approval_decision
+	Reason    string // cancel_run, approval_decision
+	// tool_result
+	ToolCallID string
+	OK         bool
+	Result     json.RawMessage
+	Error      json.RawMessage
+	// approval_decision
+	ApprovalID string
+	Decision   string
 }
 
 // decodeCommand parses and validates one client message. It is pure (no
@@ -56,6 +64,27 @@ func decodeCommand(data []byte) (*command, *reply) {
 		if m.RunID == "" {
 			return bad("cancel_run needs run_id")
 		}
+	case "tool_result":
+		if m.ToolCallID == "" || m.OK == nil {
+			return bad("tool_result needs tool_call_id and ok")
+		}
+		c.ToolCallID, c.OK = m.ToolCallID, *m.OK
+		if c.OK {
+			c.Result = m.Result
+		} else {
+			if len(m.Error) == 0 || m.Error[0] != '{' {
+				return bad("tool_result with ok:false needs error {code, message}")
+			}
+			c.Error = m.Error
+		}
+	case "approval_decision":
+		if m.ApprovalID == "" {
+			return bad("approval_decision needs approval_id")
+		}
+		if m.Decision != "approve" && m.Decision != "reject" {
+			return bad(`approval_decision needs decision "approve" or "reject"`)
+		}
+		c.ApprovalID, c.Decision = m.ApprovalID, m.Decision
 	case "hello":
 		return bad("already authenticated")
 	case "":

@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
+	"github.com/agentplane/agentplane/internal/toolsvc"
 )
 
 // commandTimeout bounds one client command's work against the orchestrator.
@@ -32,6 +34,10 @@ func (c *conn) handle(data []byte) {
 		c.subscribe(ctx, cmd)
 	case "cancel_run":
 		c.cancelRun(ctx, cmd)
+	case "tool_result":
+		c.toolResult(ctx, cmd)
+	case "approval_decision":
+		c.approvalDecision(ctx, cmd)
 	}
 }
 
@@ -71,6 +77,54 @@ func (c *conn) subscribe(ctx context.Context, cmd *command) {
 		return
 	}
 	c.followSession(cmd.SessionID, cmd.AfterSeq, true)
+	c.resendPending(ctx, cmd.SessionID)
+}
+
+// resendPending sends again what the session still waits for from its
+// client — tool requests and approvals — because the client may have missed
+// them before it reconnected. They carry no seq (the log delivered them
+// once already); clients dedupe by tool_call_id / approval_id.
+func (c *conn) resendPending(ctx context.Context, sessionID string) {
+	if c.s.opts.Tools == nil {
+		return
+	}
+	pending, err := c.s.opts.Tools.Pending(ctx, sessionID)
+	if err != nil {
+		c.log.Warn("list pending tool requests", "session_id", sessionID, "err", err)
+		return
+	}
+	for _, m := range pending {
+		b, err := json.Marshal(m)
+		if err == nil && !c.write(b) {
+			return
+		}
+	}
+}
+
+func (c *conn) toolResult(ctx context.Context, cmd *command) {
+	if c.s.opts.Tools == nil {
+		c.send(errorReply(cmd.RequestID, "unknown_type", "tool calls are not enabled"))
+		return
+	}
+	_, err := c.s.opts.Tools.SubmitClientResult(ctx, toolsvc.ClientResult{
+		UserID: c.user(), RunID: cmd.RunID, ToolCallID: cmd.ToolCallID, OK: cmd.OK, Result: cmd.Result, Error: cmd.Error,
+	})
+	if err != nil {
+		c.fail(cmd.RequestID, err)
+	}
+}
+
+func (c *conn) approvalDecision(ctx context.Context, cmd *command) {
+	if c.s.opts.Tools == nil {
+		c.send(errorReply(cmd.RequestID, "unknown_type", "approvals are not enabled"))
+		return
+	}
+	_, err := c.s.opts.Tools.Decide(ctx, toolsvc.DecideParams{
+		ApprovalID: cmd.ApprovalID, RunID: cmd.RunID, UserID: c.user(), Decision: cmd.Decision, Reason: cmd.Reason,
+	})
+	if err != nil {
+		c.fail(cmd.RequestID, err)
+	}
 }
 
 func (c *conn) cancelRun(ctx context.Context, cmd *command) {

@@ -18,8 +18,8 @@ var clientTypes = map[string]string{
 	eventlog.TypeRunDone:          "done",
 	eventlog.TypeRunFailed:        "error",
 	eventlog.TypeRunCancelled:     "state",
-	"tool_request":                "tool_request",
-	"approval_required":           "approval_required",
+	eventlog.TypeToolRequest:      "tool_request",
+	eventlog.TypeApprovalCreated:  "approval_required",
 }
 
 // ClientMessage renders a logged event as the client's JSON message: the
@@ -88,6 +88,14 @@ type inbound struct {
 	AfterSeq  *int64          `json:"after_seq"`
 	RunID     string          `json:"run_id"`
 	Reason    string          `json:"reason"`
+	// tool_result
+	ToolCallID string          `json:"tool_call_id"`
+	OK         *bool           `json:"ok"`
+	Result     json.RawMessage `json:"result"`
+	Error      json.RawMessage `json:"error"`
+	// approval_decision
+	ApprovalID string `json:"approval_id"`
+	Decision   string `json:"decision"`
 }
 
 // reply is a message that does not come from the log (no seq).

@@ -18,6 +18,7 @@ import (
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
+	"github.com/agentplane/agentplane/internal/toolsvc"
 )
 
 // Options tune the protocol's limits. Zero values pick defaults.
@@ -34,6 +35,16 @@ type Options struct {
 	// WriteTimeout bounds one write to a client.
 	WriteTimeout time.Duration
 	Logger       *slog.Logger
+	// Tools answers tool_result and approval_decision and lists what a
+	// session still waits for after a subscribe. Nil refuses those messages.
+	Tools Tools
+}
+
+// Tools is the tool-call side of the protocol (toolsvc.Service).
+type Tools interface {
+	SubmitClientResult(ctx context.Context, r toolsvc.ClientResult) (*toolsvc.CallView, error)
+	Decide(ctx context.Context, p toolsvc.DecideParams) (*store.Approval, error)
+	Pending(ctx context.Context, sessionID string) ([]map[string]any, error)
 }
 
 // Server serves GET /v1/ws.

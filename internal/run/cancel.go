@@ -59,7 +59,11 @@ func (m *Manager) Cancel(ctx context.Context, p CancelParams) (*store.Run, error
 		if err != nil {
 			return nil, err
 		}
-		return []store.EventParams{{SessionID: run.SessionID, RunID: run.RunID, ParentRunID: run.ParentRunID, TS: now, Type: eventlog.TypeRunCancelled, Payload: payload}}, nil
+		cascade, err := m.onEnd(ctx, tx, run, now)
+		if err != nil {
+			return nil, err
+		}
+		return append(cascade, store.EventParams{SessionID: run.SessionID, RunID: run.RunID, ParentRunID: run.ParentRunID, TS: now, Type: eventlog.TypeRunCancelled, Payload: payload}), nil
 	})
 	if errors.Is(err, store.ErrConflict) {
 		return out, ErrRunNotActive

@@ -98,6 +98,9 @@ func (m *Manager) execute(ctx context.Context, run *store.Run, ag *store.Agent, 
 	case errors.Is(cause, errCancelledByUser):
 		// Cancel already committed the terminal state.
 		log.Info("run cancelled", "deltas", deltas)
+	case errors.Is(cause, errEndedElsewhere):
+		// A tool call's failure already committed the terminal state.
+		log.Info("run ended by a tool call", "deltas", deltas)
 	case errors.Is(cause, errShutdown):
 		m.finishFailed(run, "platform_shutdown", "the platform shut down before the run finished", began, deltas)
 	case err != nil:
@@ -140,6 +143,10 @@ func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, beg
 			return nil, err
 		}
 		ok = true
+		cascade, err := m.onEnd(ctx, tx, run, now)
+		if err != nil {
+			return nil, err
+		}
 		if text != "" {
 			if _, err := tx.MessageAppend(ctx, &store.MessageAppendParams{MessageID: newMessageID(), SessionID: run.SessionID, RunID: run.RunID, Role: "assistant", Content: text, CreatedAt: now}); err != nil {
 				return nil, err
@@ -151,10 +158,10 @@ func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, beg
 		}
 		invokeDone, _ := json.Marshal(map[string]any{"ok": true, "duration_ms": time.Since(began).Milliseconds(), "deltas": deltas})
 		done, _ := json.Marshal(map[string]any{"usage": usage, "total_cost": cost, "llm_calls": calls})
-		return []store.EventParams{
-			{SessionID: run.SessionID, RunID: run.RunID, TS: now, Type: eventlog.TypeAgentInvokeDone, Payload: invokeDone},
-			{SessionID: run.SessionID, RunID: run.RunID, TS: now, Type: eventlog.TypeRunDone, Payload: done},
-		}, nil
+		return append(cascade,
+			store.EventParams{SessionID: run.SessionID, RunID: run.RunID, TS: now, Type: eventlog.TypeAgentInvokeDone, Payload: invokeDone},
+			store.EventParams{SessionID: run.SessionID, RunID: run.RunID, TS: now, Type: eventlog.TypeRunDone, Payload: done},
+		), nil
 	})
 	if err == nil && ok {
 		m.ended(run, store.RunDone, "", now)
@@ -190,7 +197,10 @@ func (m *Manager) fail(ctx context.Context, run *store.Run, code, message string
 			return nil, err
 		}
 		ok = true
-		var evs []store.EventParams
+		evs, err := m.onEnd(ctx, tx, run, now)
+		if err != nil {
+			return nil, err
+		}
 		if invokeInfo != nil {
 			invokeInfo["ok"] = false
 			invokeInfo["error"] = json.RawMessage(errJSON)

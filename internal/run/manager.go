@@ -41,6 +41,12 @@ type Options struct {
 	// waits (bounded by its ctx) until work the run caused elsewhere — its
 	// LLM calls' trace events — has been queued, so run_done sums it all.
 	Quiesce func(ctx context.Context, runID string)
+	// OnEnd, when set, runs inside the transaction that ends a run (DONE,
+	// FAILED or CANCELLED) and returns events to record before the run's
+	// own terminal event. The tool service cancels the run's waiting tool
+	// calls and approvals there, so the cascade commits with the run's end
+	// or not at all (DESIGN §2.4).
+	OnEnd func(ctx context.Context, tx store.Queries, run *store.Run, at int64) ([]store.EventParams, error)
 }
 
 // Manager starts and drives runs.
@@ -77,6 +83,7 @@ var storeListAll = store.RunListActiveParams{Limit: 10000}
 var (
 	errCancelledByUser = errors.New("cancelled")
 	errShutdown        = errors.New("platform shutting down")
+	errEndedElsewhere  = errors.New("run ended by a tool call")
 )
 
 // New makes a Manager; call Start to begin heartbeats and the sweeper.
@@ -186,4 +193,34 @@ func (m *Manager) ActiveRuns() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.active)
+}
+
+// Guard runs fn, which may end runID from outside the run loop (a tool
+// call's failure failing the run), while holding the run's append lock.
+// When fn reports the run ended, the agent's request is closed and nothing
+// more of its stream is recorded, so no delta lands after run_failed.
+func (m *Manager) Guard(runID string, fn func() (ended bool, err error)) error {
+	m.mu.Lock()
+	a := m.active[runID]
+	m.mu.Unlock()
+	if a == nil {
+		_, err := fn()
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ended, err := fn()
+	if ended && !a.ended {
+		a.ended = true
+		a.cancel(errEndedElsewhere)
+	}
+	return err
+}
+
+// onEnd returns the cascade events for a run ending at at (nil without a hook).
+func (m *Manager) onEnd(ctx context.Context, tx store.Queries, run *store.Run, at int64) ([]store.EventParams, error) {
+	if m.opts.OnEnd == nil {
+		return nil, nil
+	}
+	return m.opts.OnEnd(ctx, tx, run, at)
 }

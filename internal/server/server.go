@@ -33,6 +33,7 @@ import (
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/store/postgres"
 	"github.com/agentplane/agentplane/internal/store/sqlite"
+	"github.com/agentplane/agentplane/internal/toolsvc"
 )
 
 // OpenStore opens the database named by AGENTPLANE_DB.
@@ -93,13 +94,23 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	reg.CounterFunc("agentplane_events_appended_total", "Events committed to the log by this process.", func() float64 { ev, _ := log.Stats(); return float64(ev) })
 	reg.CounterFunc("agentplane_event_commits_total", "Event log transactions committed by this process (events per commit shows batching).", func() float64 { _, c := log.Stats(); return float64(c) })
 	bridge := newLLMBridge(keys, st, log, logger)
-	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce})
+	tools := toolsvc.New(log, toolsvc.Options{Logger: logger, HTTP: httpClient, Allow: allow, Metrics: reg})
+	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce, OnEnd: tools.OnRunEnd})
+	tools.SetRuns(runs)
 	if err := runs.Start(ctx); err != nil {
 		return fmt.Errorf("start run manager: %w", err)
 	}
+	if err := tools.Start(ctx); err != nil {
+		return fmt.Errorf("start tool service: %w", err)
+	}
+	defer tools.Stop()
+	if err := loadConfigTools(ctx, tools, &cfg.File.Tools); err != nil {
+		return err
+	}
 	var shuttingDown atomic.Bool
-	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() }}
-	ws := ingress.New(keys, runs, log, ingress.Options{MaxFrameBytes: cfg.MaxFrameBytes, Logger: logger})
+	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Tools: tools, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() }}
+	ws := ingress.New(keys, runs, log, ingress.Options{MaxFrameBytes: cfg.MaxFrameBytes, Logger: logger, Tools: tools})
+	tools.SetClientConnected(ws.Connected)
 	reg.GaugeFunc("agentplane_ws_connections", "Open client WebSocket connections.", func() float64 { return float64(ws.Connections()) })
 
 	llmCfg, err := llmConfig(cfg)
@@ -212,6 +223,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		logger.Warn("http shutdown", "err", err)
 	}
 	prb.Stop()
+	tools.Stop()
 	proxy.Close()
 	log.Stop() // after the proxy: its write-behind events are flushed here
 	fmt.Fprintln(out, "agentplane stopped")

@@ -1,0 +1,224 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/agentplane/agentplane/internal/auth"
+	"github.com/agentplane/agentplane/internal/respond"
+	"github.com/agentplane/agentplane/internal/tool"
+	"github.com/agentplane/agentplane/internal/toolsvc"
+)
+
+// toolPut registers or replaces a tool (admin). Unknown fields are refused
+// so that a misspelt "polcy" cannot silently leave a tool open.
+func (a *API) toolPut(w http.ResponseWriter, r *http.Request) {
+	if !a.admin(w, r) {
+		return
+	}
+	name := r.PathValue("tool_name")
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		respond.Err(w, r, respond.E(http.StatusRequestEntityTooLarge, "request_too_large", "request body too large"))
+		return
+	}
+	var d tool.Definition
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		respond.Err(w, r, respond.E(http.StatusBadRequest, "invalid_json", "tool definition: "+err.Error()))
+		return
+	}
+	if dec.More() {
+		respond.Err(w, r, respond.E(http.StatusBadRequest, "invalid_json", "trailing data after the JSON body"))
+		return
+	}
+	if d.Name != "" && d.Name != name {
+		respond.Err(w, r, respond.E(http.StatusBadRequest, "invalid_tool", "tool_name in the body ("+d.Name+") differs from the path ("+name+")"))
+		return
+	}
+	d.Name = name
+	info, created, err := a.Tools.PutTool(r.Context(), d)
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	respond.JSON(w, status, info)
+}
+
+func (a *API) toolGet(w http.ResponseWriter, r *http.Request) {
+	if !a.admin(w, r) {
+		return
+	}
+	info, err := a.Tools.GetTool(r.Context(), r.PathValue("tool_name"))
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	respond.JSON(w, http.StatusOK, info)
+}
+
+func (a *API) toolDelete(w http.ResponseWriter, r *http.Request) {
+	if !a.admin(w, r) {
+		return
+	}
+	if err := a.Tools.DeleteTool(r.Context(), r.PathValue("tool_name")); err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	respond.JSON(w, http.StatusOK, map[string]any{"ok": true})
+}
+
+// toolList shows the admin every definition, and an agent the tools it may
+// call as OpenAI function-calling tools (run_id, when given, must be its).
+func (a *API) toolList(w http.ResponseWriter, r *http.Request) {
+	p, ok := a.principal(w, r)
+	if !ok {
+		return
+	}
+	switch p.Kind {
+	case auth.Admin:
+		list, err := a.Tools.ListTools(r.Context())
+		if err != nil {
+			respond.Err(w, r, err)
+			return
+		}
+		respond.JSON(w, http.StatusOK, map[string]any{"tools": list})
+	case auth.Agent:
+		if id := r.URL.Query().Get("run_id"); id != "" {
+			rn, err := a.St.RunGet(r.Context(), id)
+			if err != nil || rn.AgentID != p.AgentID {
+				respond.Err(w, r, toolsvc.ErrRunForbidden)
+				return
+			}
+		}
+		list, err := a.Tools.ToolsForAgent(r.Context(), p.AgentID)
+		if err != nil {
+			respond.Err(w, r, err)
+			return
+		}
+		respond.JSON(w, http.StatusOK, map[string]any{"tools": list})
+	default:
+		respond.Err(w, r, errForbidden)
+	}
+}
+
+// invokeRequest is the body of POST /v1/tools/{tool_name}:invoke.
+type invokeRequest struct {
+	RunID          string          `json:"run_id"`
+	Args           json.RawMessage `json:"args"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	TimeoutMS      int64           `json:"timeout_ms"`
+}
+
+// toolVerb serves POST /v1/tools/{tool_name}:invoke (agent key).
+func (a *API) toolVerb(w http.ResponseWriter, r *http.Request) {
+	name, verb, ok := splitVerb(r.PathValue("verb"))
+	if !ok || verb != "invoke" {
+		respond.Err(w, r, respond.E(http.StatusNotFound, "not_found", "unknown tool action; use POST /v1/tools/{tool_name}:invoke"))
+		return
+	}
+	p, ok := a.principal(w, r)
+	if !ok {
+		return
+	}
+	if p.Kind != auth.Agent {
+		respond.Err(w, r, respond.E(http.StatusForbidden, "forbidden", "tools are invoked with an agent key"))
+		return
+	}
+	var req invokeRequest
+	if err := respond.DecodeJSON(w, r, maxBody, &req); err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	if req.RunID == "" {
+		req.RunID = r.Header.Get("x-run-id")
+	}
+	if h := r.Header.Get("x-run-id"); h != "" && h != req.RunID {
+		respond.Err(w, r, respond.E(http.StatusBadRequest, "invalid_request", "x-run-id differs from the body's run_id"))
+		return
+	}
+	view, err := a.Tools.Invoke(r.Context(), toolsvc.InvokeParams{
+		AgentID: p.AgentID, RunID: req.RunID, ToolName: name, Args: req.Args,
+		IdempotencyKey: req.IdempotencyKey, TimeoutMS: req.TimeoutMS,
+	})
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	respond.JSON(w, http.StatusOK, view)
+}
+
+// toolCaller is who may read tool calls: the admin, or an agent (its own).
+func (a *API) toolCaller(w http.ResponseWriter, r *http.Request) (toolsvc.Caller, bool) {
+	p, ok := a.principal(w, r)
+	if !ok {
+		return toolsvc.Caller{}, false
+	}
+	switch p.Kind {
+	case auth.Admin:
+		return toolsvc.Caller{Admin: true}, true
+	case auth.Agent:
+		return toolsvc.Caller{AgentID: p.AgentID}, true
+	}
+	respond.Err(w, r, errForbidden)
+	return toolsvc.Caller{}, false
+}
+
+func (a *API) toolCallGet(w http.ResponseWriter, r *http.Request) {
+	who, ok := a.toolCaller(w, r)
+	if !ok {
+		return
+	}
+	v, err := a.Tools.Get(r.Context(), who, r.PathValue("tool_call_id"))
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	respond.JSON(w, http.StatusOK, v)
+}
+
+// toolCallVerb serves POST /v1/tool_calls/{id}:wait?timeout_ms= — a
+// long-poll woken by the call's final state (DESIGN §6).
+func (a *API) toolCallVerb(w http.ResponseWriter, r *http.Request) {
+	id, verb, ok := splitVerb(r.PathValue("verb"))
+	if !ok || verb != "wait" {
+		respond.Err(w, r, respond.E(http.StatusNotFound, "not_found", "unknown tool call action; use POST /v1/tool_calls/{id}:wait"))
+		return
+	}
+	who, ok := a.toolCaller(w, r)
+	if !ok {
+		return
+	}
+	timeout, err := waitTimeout(r.URL.Query().Get("timeout_ms"))
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	v, err := a.Tools.Wait(r.Context(), who, id, timeout)
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	respond.JSON(w, http.StatusOK, v)
+}
+
+func waitTimeout(s string) (d time.Duration, err error) {
+	if s == "" {
+		return toolsvc.DefaultWait, nil
+	}
+	ms, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || ms < 0 || time.Duration(ms)*time.Millisecond > toolsvc.MaxWait {
+		return 0, respond.E(http.StatusBadRequest, "invalid_request", "timeout_ms must be between 0 and "+strconv.FormatInt(toolsvc.MaxWait.Milliseconds(), 10))
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}

@@ -1,0 +1,138 @@
+package toolsvc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/agentplane/agentplane/internal/agent"
+	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/store"
+)
+
+// maxResultBytes bounds a server tool's answer.
+const maxResultBytes = 1 << 20
+
+// startExec runs a DISPATCHED server call in the background, detached from
+// the request that dispatched it (an agent hanging up must not abort a
+// tool that is running).
+func (s *Service) startExec(c *store.ToolCall) {
+	s.execWG.Add(1)
+	go func() {
+		defer s.execWG.Done()
+		s.execute(s.execCtx, c)
+	}()
+}
+
+// execute claims c (DISPATCHED → RUNNING, a guarded transition: whoever
+// else tries — a retry, a second replica — finds it claimed and stops), then
+// POSTs to the endpoint and records the outcome. The claim is the only way
+// to RUNNING, so a call is sent to its tool at most once.
+func (s *Service) execute(ctx context.Context, c *store.ToolCall) {
+	log := s.opts.Logger.With("tool_call_id", c.ToolCallID, "tool_name", c.ToolName, "run_id", c.RunID, "session_id", c.SessionID)
+	rec := recordOf(c)
+	var claimed *store.ToolCall
+	_, err := s.commit(ctx, c.SessionID, c.RunID, func(st *step) error {
+		claimed = nil
+		cur, err := st.move(c, store.ToolCallTransitionParams{From: []string{store.ToolCallDispatched}, Status: store.ToolCallRunning, IncAttempts: true})
+		if errors.Is(err, store.ErrConflict) {
+			return nil // cancelled, timed out or claimed elsewhere
+		}
+		if err != nil {
+			return err
+		}
+		claimed = cur
+		st.event(eventlog.TypeToolDispatched, map[string]any{"tool_call_id": cur.ToolCallID, "tool_name": cur.ToolName, "kind": cur.Kind, "attempt": cur.Attempts, "endpoint": rec.Endpoint, "deadline_at": cur.DeadlineAt})
+		return nil
+	})
+	if err != nil {
+		log.Error("claim tool call", "err", err)
+		return
+	}
+	if claimed == nil {
+		return
+	}
+	deadline := time.UnixMilli(claimed.DeadlineAt)
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	status, result, errJSON := s.post(rctx, claimed, rec.Endpoint)
+	if ctx.Err() != nil {
+		// Shutting down: the deadline (or the run's end) settles the call.
+		return
+	}
+	_, err = s.commit(context.Background(), c.SessionID, c.RunID, func(st *step) error {
+		_, err := st.finish(claimed, []string{store.ToolCallRunning}, status, result, errJSON, 0)
+		if errors.Is(err, store.ErrConflict) {
+			return nil // timed out or cancelled meanwhile: the late answer is dropped
+		}
+		return err
+	})
+	if err != nil {
+		log.Error("record tool result", "err", err)
+	}
+}
+
+// post sends the call to its endpoint and classifies the answer.
+func (s *Service) post(ctx context.Context, c *store.ToolCall, endpoint string) (status string, result, errJSON json.RawMessage) {
+	body, _ := json.Marshal(map[string]any{"tool_call_id": c.ToolCallID, "run_id": c.RunID, "tool_name": c.ToolName, "args": c.Args})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
+	if err != nil {
+		return store.ToolCallFailed, nil, errorJSON("tool_unreachable", "bad endpoint: "+err.Error(), nil)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Idempotency-Key", c.ToolCallID)
+	req.Header.Set("x-run-id", c.RunID)
+	req.Header.Set("x-session-id", c.SessionID)
+	resp, err := s.opts.HTTP.Do(req)
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return store.ToolCallTimeout, nil, errorJSON("timeout", fmt.Sprintf("the tool did not answer within %d ms", c.TimeoutMS), nil)
+		}
+		var ee *agent.EndpointError
+		if errors.As(err, &ee) {
+			return store.ToolCallFailed, nil, errorJSON("tool_unreachable", ee.Message, nil)
+		}
+		return store.ToolCallFailed, nil, errorJSON("tool_unreachable", err.Error(), nil)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResultBytes+1))
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return store.ToolCallTimeout, nil, errorJSON("timeout", fmt.Sprintf("the tool did not finish answering within %d ms", c.TimeoutMS), nil)
+		}
+		return store.ToolCallFailed, nil, errorJSON("tool_unreachable", "reading the answer: "+err.Error(), nil)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		var detail json.RawMessage
+		if json.Valid(raw) {
+			detail = raw
+		} else {
+			detail, _ = json.Marshal(truncate(string(raw), 512))
+		}
+		return store.ToolCallFailed, nil, errorJSON("tool_http_error", fmt.Sprintf("the tool answered HTTP %d", resp.StatusCode), detail)
+	}
+	if len(raw) > maxResultBytes {
+		return store.ToolCallFailed, nil, errorJSON("tool_protocol_error", fmt.Sprintf("the tool's answer is larger than %d bytes", maxResultBytes), nil)
+	}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		raw = []byte("null")
+	}
+	if !json.Valid(raw) {
+		return store.ToolCallFailed, nil, errorJSON("tool_protocol_error", "the tool's answer is not JSON", nil)
+	}
+	return store.ToolCallSucceeded, raw, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

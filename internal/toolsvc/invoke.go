@@ -1,0 +1,214 @@
+package toolsvc
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/ids"
+	"github.com/agentplane/agentplane/internal/store"
+	"github.com/agentplane/agentplane/internal/tool"
+)
+
+// MaxIdempotencyKeyLen bounds an idempotency key.
+const MaxIdempotencyKeyLen = 200
+
+// InvokeParams is one POST /v1/tools/{tool_name}:invoke.
+type InvokeParams struct {
+	AgentID        string // the calling agent (its key)
+	RunID          string
+	ToolName       string
+	Args           json.RawMessage
+	IdempotencyKey string
+	// TimeoutMS overrides the tool's timeout for this call (0: the tool's).
+	TimeoutMS int64
+}
+
+// errRunEnded rolls back an insert made for a run that has ended.
+var errRunEnded = errors.New("run ended")
+
+// Invoke creates a tool call, decides its policy and starts it, all in one
+// transaction with its events. A repeated idempotency key returns the call
+// it created (409 if the args differ). An allowed server tool is waited
+// for (up to InlineWait), so a fast tool answers succeeded at once.
+func (s *Service) Invoke(ctx context.Context, p InvokeParams) (*CallView, error) {
+	if p.RunID == "" {
+		return nil, badRequest("invalid_request", "run_id is required")
+	}
+	if len(p.IdempotencyKey) > MaxIdempotencyKeyLen {
+		return nil, badRequest("invalid_request", fmt.Sprintf("idempotency_key is longer than %d bytes", MaxIdempotencyKeyLen))
+	}
+	if p.TimeoutMS < 0 || p.TimeoutMS > tool.MaxTimeoutMS {
+		return nil, badRequest("invalid_request", fmt.Sprintf("timeout_ms must be between 1 and %d", tool.MaxTimeoutMS))
+	}
+	t, _, err := s.registry.get(ctx, p.ToolName)
+	if err != nil {
+		return nil, err
+	}
+	run, err := s.st.RunGet(ctx, p.RunID)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && run.AgentID != p.AgentID) {
+		return nil, ErrRunForbidden
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !t.AllowsAgent(p.AgentID) {
+		return nil, ErrToolForbidden
+	}
+	args := p.Args
+	if len(bytes.TrimSpace(args)) == 0 || bytes.Equal(bytes.TrimSpace(args), []byte("null")) {
+		args = json.RawMessage("{}")
+	}
+	if err := t.ValidateArgs(args); err != nil {
+		var ae *tool.ArgsError
+		if errors.As(err, &ae) {
+			return nil, badRequest("invalid_args", ae.Error())
+		}
+		return nil, err
+	}
+	argsMap, err := tool.DecodeArgs(args)
+	if err != nil {
+		return nil, badRequest("invalid_args", err.Error())
+	}
+	canonical, hash := canonicalArgs(args)
+	began := time.Now()
+	decision, derr := t.Decide(tool.Input{Args: argsMap, AgentID: p.AgentID, UserID: run.UserID, ToolName: t.Def.Name})
+	evalUS := time.Since(began).Microseconds()
+	if derr != nil {
+		s.opts.Logger.Warn("policy evaluation failed; blocking the call", "tool_name", t.Def.Name, "run_id", run.RunID, "err", derr)
+	}
+	timeout := t.Def.TimeoutMS
+	if p.TimeoutMS > 0 {
+		timeout = p.TimeoutMS
+	}
+	rec, _ := json.Marshal(policyRecord{Decision: decision.Decision, Rule: decision.Rule, Expr: decision.Expr, Endpoint: t.Def.Endpoint, OnFailure: t.Def.OnFailure})
+	callID, approvalID := ids.New("tc"), ids.New("ap")
+
+	var existing *store.ToolCall
+	_, err = s.commit(ctx, run.SessionID, run.RunID, func(st *step) error {
+		existing = nil
+		c, err := st.q.ToolCallInsert(st.ctx, &store.ToolCallInsertParams{
+			ToolCallID: callID, RunID: run.RunID, SessionID: run.SessionID, AgentID: p.AgentID,
+			ToolName: t.Def.Name, Kind: t.Def.Kind, Args: canonical, IdempotencyKey: p.IdempotencyKey,
+			ArgsHash: hash, TimeoutMS: timeout, At: st.at,
+		})
+		if errors.Is(err, store.ErrDuplicate) {
+			existing = c
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if store.RunIsTerminal(st.run.Status) {
+			return errRunEnded
+		}
+		created := map[string]any{"tool_call_id": c.ToolCallID, "tool_name": c.ToolName, "kind": c.Kind, "args": c.Args, "timeout_ms": c.TimeoutMS}
+		if p.IdempotencyKey != "" {
+			created["idempotency_key"] = p.IdempotencyKey
+		}
+		st.event(eventlog.TypeToolCallCreated, created)
+		if c, err = st.move(c, store.ToolCallTransitionParams{From: []string{store.ToolCallCreated}, Status: store.ToolCallPolicyChecked, Policy: rec}); err != nil {
+			return err
+		}
+		pd := map[string]any{"tool_call_id": c.ToolCallID, "tool_name": c.ToolName, "decision": decision.Decision, "rule": decision.Rule, "eval_us": evalUS}
+		if decision.Expr != "" {
+			pd["expr"] = decision.Expr
+		}
+		if len(decision.Errors) > 0 {
+			pd["errors"] = decision.Errors
+		}
+		st.event(eventlog.TypePolicyDecision, pd)
+
+		switch decision.Decision {
+		case tool.DecisionBlock:
+			msg := "blocked by the tool's policy (" + decision.Rule + ")"
+			_, err = st.finish(c, []string{store.ToolCallPolicyChecked}, store.ToolCallBlocked, nil, errorJSON("blocked", msg, nil), 0)
+			return err
+		case tool.DecisionRequireApproval:
+			return st.requestApproval(c, t, approvalID)
+		default:
+			_, err = st.dispatch(c)
+			return err
+		}
+	})
+	if errors.Is(err, errRunEnded) {
+		return nil, ErrRunNotActive
+	}
+	if err != nil {
+		return nil, err
+	}
+	if existing != nil {
+		if existing.ArgsHash != hash || existing.ToolName != t.Def.Name {
+			e := *ErrIdempotencyConflict
+			e.Details = map[string]any{"tool_call_id": existing.ToolCallID}
+			return nil, &e
+		}
+		return s.settle(ctx, existing)
+	}
+	c, err := s.st.ToolCallGet(ctx, callID)
+	if err != nil {
+		return nil, err
+	}
+	return s.settle(ctx, c)
+}
+
+// settle answers an invoke: an allowed server call still in flight is
+// waited for (bounded), anything else is answered as it stands.
+func (s *Service) settle(ctx context.Context, c *store.ToolCall) (*CallView, error) {
+	if c.Kind == store.ToolKindServer && (c.Status == store.ToolCallDispatched || c.Status == store.ToolCallRunning) {
+		return s.wait(ctx, c, s.opts.InlineWait)
+	}
+	return View(c), nil
+}
+
+// requestApproval opens an approval for c and parks it in WAITING_APPROVAL
+// until a decision or the approval's expiry.
+func (st *step) requestApproval(c *store.ToolCall, t *tool.Tool, approvalID string) error {
+	expires := st.at + t.Def.ApprovalTimeoutMS
+	a, err := st.q.ApprovalInsert(st.ctx, &store.ApprovalInsertParams{
+		ApprovalID: approvalID, ToolCallID: c.ToolCallID, RunID: c.RunID, SessionID: c.SessionID,
+		ToolName: c.ToolName, ArgsSummary: t.ArgsSummary(c.Args), ExpiresAt: expires, At: st.at,
+	})
+	if err != nil {
+		return err
+	}
+	if c, err = st.move(c, store.ToolCallTransitionParams{From: []string{store.ToolCallPolicyChecked}, Status: store.ToolCallWaitingApproval, ApprovalID: &a.ApprovalID, DeadlineAt: &expires}); err != nil {
+		return err
+	}
+	st.event(eventlog.TypeApprovalCreated, approvalRequired(a))
+	return st.syncRun(c, nil)
+}
+
+// approvalRequired is the payload of approval_created, which the client
+// receives as approval_required.
+func approvalRequired(a *store.Approval) map[string]any {
+	return map[string]any{"approval_id": a.ApprovalID, "tool_call_id": a.ToolCallID, "tool_name": a.ToolName, "args_summary": a.ArgsSummary, "expires_at": a.ExpiresAt}
+}
+
+// canonicalArgs returns args compacted, and a hash of them re-encoded with
+// sorted keys (numbers kept as written), so the idempotency check does not
+// depend on key order or spacing.
+func canonicalArgs(args json.RawMessage) (json.RawMessage, string) {
+	var compact bytes.Buffer
+	if json.Compact(&compact, args) != nil {
+		compact.Reset()
+		compact.Write(args)
+	}
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.UseNumber()
+	var v any
+	sorted := compact.Bytes()
+	if dec.Decode(&v) == nil {
+		if b, err := json.Marshal(v); err == nil {
+			sorted = b
+		}
+	}
+	sum := sha256.Sum256(sorted)
+	return compact.Bytes(), hex.EncodeToString(sum[:])
+}

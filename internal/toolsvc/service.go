@@ -1,0 +1,147 @@
+// Package toolsvc runs tool calls as durable state machines (DESIGN §6–§8,
+// issue 4): the registry, invoke / get / wait, the policy decision, human
+// approvals, server tools (POSTed by this process) and client tools (sent
+// to the user's client through the ingress), durable deadlines and the
+// cascade when a run ends.
+//
+// Every state change is a guarded transition committed through the event
+// log together with the event that records it, so a tool call is claimed
+// to run at most once whoever races for it (concurrent waits, approvers,
+// the deadline sweeper of any replica), and a long-poll is woken by the
+// committed event itself — locally by the log's commit hook, across
+// replicas by the PostgreSQL notification — never by polling the store.
+package toolsvc
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/agentplane/agentplane/internal/agent"
+	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/metrics"
+	"github.com/agentplane/agentplane/internal/store"
+)
+
+// RunGuard closes a run's agent request when something outside the run
+// loop ends the run (run.Manager.Guard).
+type RunGuard interface {
+	Guard(runID string, fn func() (ended bool, err error)) error
+}
+
+// Options configure a Service. Zero values pick defaults.
+type Options struct {
+	Logger *slog.Logger
+	// HTTP calls server tools. It must re-check the endpoint allowlist when
+	// it dials (agent.NewHTTPClient), as agent endpoints are.
+	HTTP *http.Client
+	// Allow checks a server tool's endpoint when it is registered.
+	Allow *agent.Allowlist
+	// ClientConnected reports whether a client of the session is connected
+	// (the ingress). Nil means none ever is: client tools fail with
+	// client_offline.
+	ClientConnected func(sessionID string) bool
+	// Runs, when set, stops the agent stream of a run a tool call fails.
+	Runs RunGuard
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+	// Metrics receives tool call counts and durations.
+	Metrics *metrics.Registry
+	// SweepInterval is how often deadlines are enforced. Default 250 ms.
+	SweepInterval time.Duration
+	// InlineWait bounds how long invoke waits for an allowed server tool
+	// before answering pending. Default 30 s.
+	InlineWait time.Duration
+}
+
+// Service is the tool-call orchestrator of one process.
+type Service struct {
+	log  *eventlog.Log
+	st   store.Store
+	opts Options
+
+	registry registry
+	waiters  *waiters
+
+	execCtx    context.Context
+	execCancel context.CancelFunc
+	execWG     sync.WaitGroup
+
+	calls    *metrics.Counter
+	duration *metrics.Histogram
+
+	bgCancel context.CancelFunc
+	bgDone   chan struct{}
+	stopOnce sync.Once
+}
+
+// New makes a Service and hooks it to the log; call Start to run the
+// deadline sweeper.
+func New(log *eventlog.Log, opts Options) *Service {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.HTTP == nil {
+		opts.HTTP = http.DefaultClient
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.New()
+	}
+	if opts.SweepInterval <= 0 {
+		opts.SweepInterval = 250 * time.Millisecond
+	}
+	if opts.InlineWait <= 0 {
+		opts.InlineWait = 30 * time.Second
+	}
+	s := &Service{log: log, st: log.Store(), opts: opts, waiters: newWaiters()}
+	s.registry.st = s.st
+	s.execCtx, s.execCancel = context.WithCancel(context.Background())
+	s.calls = opts.Metrics.Counter("agentplane_tool_calls_total", "Tool calls ended, by tool and final state.", "outcome")
+	s.duration = opts.Metrics.Histogram("agentplane_tool_call_duration_seconds", "Tool call duration from creation to its final state.", "state", metrics.DurationBuckets)
+	opts.Metrics.GaugeFunc("agentplane_tool_waits_pending", "Long-polls (:wait and inline invoke waits) this process holds.", func() float64 { return float64(s.waiters.count()) })
+	log.Observe(s.waiters.committed, s.remoteMoved)
+	return s
+}
+
+// SetClientConnected sets the presence check once the ingress exists
+// (it is built after the service).
+func (s *Service) SetClientConnected(fn func(sessionID string) bool) { s.opts.ClientConnected = fn }
+
+// SetRuns sets the run guard once the run manager exists (it takes the
+// service's OnRunEnd hook, so it is built after the service).
+func (s *Service) SetRuns(r RunGuard) { s.opts.Runs = r }
+
+func (s *Service) now() int64 { return s.opts.Now().UnixMilli() }
+
+// Start runs the deadline sweeper until Stop.
+func (s *Service) Start(ctx context.Context) error {
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.bgCancel = cancel
+	s.bgDone = make(chan struct{})
+	go s.sweepLoop(bg)
+	return nil
+}
+
+// Stop ends the sweeper and aborts server tool requests in flight (their
+// calls are left for the deadline to settle, by this or another process).
+// Safe to call more than once.
+func (s *Service) Stop() {
+	s.stopOnce.Do(func() {
+		if s.bgCancel != nil {
+			s.bgCancel()
+			<-s.bgDone
+		}
+		s.execCancel()
+		s.execWG.Wait()
+	})
+}
+
+// remoteMoved wakes long-polls of sessions another process changed.
+func (s *Service) remoteMoved(sessionIDs []string) {
+	s.waiters.wakeSessions(sessionIDs)
+}

@@ -1,0 +1,292 @@
+package toolsvc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/store"
+)
+
+// policyRecord is stored in a call's policy column: the decision, and what
+// the call runs under, snapshotted at creation, because the tool's
+// definition may change or be deleted while the call waits.
+type policyRecord struct {
+	Decision  string `json:"decision"`
+	Rule      string `json:"rule"`
+	Expr      string `json:"expr,omitempty"`
+	Endpoint  string `json:"endpoint,omitempty"`
+	OnFailure string `json:"on_failure"`
+}
+
+func recordOf(c *store.ToolCall) policyRecord {
+	var r policyRecord
+	_ = json.Unmarshal(c.Policy, &r)
+	return r
+}
+
+// step is one transaction of tool-call work: it moves calls through
+// guarded transitions, collects the events recording each change (committed
+// with it), keeps the run's state in line and notes what to do once the
+// transaction has committed. A step may be run again from scratch if the
+// log retries its batch, so it keeps nothing outside itself.
+type step struct {
+	s   *Service
+	ctx context.Context
+	q   store.Queries
+	at  int64
+	run *store.Run // the run the calls belong to, as of this transaction
+
+	evs      []store.EventParams
+	toRun    []*store.ToolCall // server calls to execute after commit
+	ended    []*store.ToolCall // calls that reached a final state
+	runEnded bool              // this step failed the run
+}
+
+// commit runs fn as one transaction of runID's session, holding the run's
+// append lock so that, if the step fails the run, the agent's stream is
+// closed before anything more of it is logged. After the commit it starts
+// the server calls the step dispatched.
+func (s *Service) commit(ctx context.Context, sessionID, runID string, fn func(st *step) error) (*step, error) {
+	var st *step
+	do := func() (bool, error) {
+		_, err := s.log.Do(ctx, sessionID, func(ctx context.Context, q store.Queries) ([]store.EventParams, error) {
+			st = &step{s: s, ctx: ctx, q: q, at: s.now()}
+			run, err := q.RunGet(ctx, runID)
+			if err != nil {
+				return nil, fmt.Errorf("load run %s: %w", runID, err)
+			}
+			st.run = run
+			if err := fn(st); err != nil {
+				return nil, err
+			}
+			return st.evs, nil
+		})
+		return err == nil && st.runEnded, err
+	}
+	var err error
+	if s.opts.Runs != nil {
+		err = s.opts.Runs.Guard(runID, do)
+	} else {
+		_, err = do()
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range st.ended {
+		s.calls.Add(c.ToolName+":"+c.Status, 1)
+		s.duration.Observe(c.Status, float64(c.UpdatedAt-c.CreatedAt)/1000)
+	}
+	for _, c := range st.toRun {
+		s.startExec(c)
+	}
+	return st, nil
+}
+
+// event records an event of the run in this transaction.
+func (st *step) event(typ string, payload any) {
+	b, err := json.Marshal(payload)
+	if err != nil {
+		b = []byte("{}")
+	}
+	st.evs = append(st.evs, store.EventParams{
+		SessionID: st.run.SessionID, RunID: st.run.RunID, ParentRunID: st.run.ParentRunID,
+		TS: st.at, Type: typ, Payload: b,
+	})
+}
+
+// move is a guarded transition of c; ErrConflict (with the current row)
+// when c is no longer in one of from.
+func (st *step) move(c *store.ToolCall, p store.ToolCallTransitionParams) (*store.ToolCall, error) {
+	p.ID, p.At = c.ToolCallID, st.at
+	return st.q.ToolCallTransition(st.ctx, &p)
+}
+
+// finish moves c from one of from to a final state, records tool_result,
+// and follows the tool's on_failure when the call failed. ifDueBy > 0 is
+// the sweeper's guard (the deadline must still be due).
+func (st *step) finish(c *store.ToolCall, from []string, status string, result, errJSON json.RawMessage, ifDueBy int64) (*store.ToolCall, error) {
+	prev := c
+	c, err := st.move(c, store.ToolCallTransitionParams{From: from, Status: status, Result: result, Error: errJSON, IfDueBy: ifDueBy})
+	if err != nil {
+		return c, err
+	}
+	st.ended = append(st.ended, c)
+	payload := map[string]any{
+		"tool_call_id": c.ToolCallID, "tool_name": c.ToolName, "state": c.Status, "status": apiStatus(c.Status),
+		"duration_ms": st.at - c.CreatedAt,
+	}
+	if prev.Status == store.ToolCallRunning || prev.Status == store.ToolCallWaitingClient {
+		payload["exec_ms"] = st.at - prev.UpdatedAt
+	}
+	v := View(c)
+	if v.Error != nil {
+		payload["error"] = v.Error
+	} else {
+		payload["result"] = v.Result
+	}
+	st.event(eventlog.TypeToolResult, payload)
+	if status == store.ToolCallSucceeded || status == store.ToolCallCancelled {
+		return c, st.syncRun(c, nil)
+	}
+	if recordOf(c).OnFailure == "return_to_agent" {
+		return c, st.syncRun(c, nil)
+	}
+	return c, st.failRun(c, v.Error)
+}
+
+// dispatch moves c (POLICY_CHECKED or WAITING_APPROVAL) to DISPATCHED with
+// a fresh tool timeout. A server call is executed after the commit; a
+// client call is sent to the session's clients, or fails with
+// client_offline at once when none is connected.
+func (st *step) dispatch(c *store.ToolCall) (*store.ToolCall, error) {
+	deadline := st.at + c.TimeoutMS
+	c, err := st.move(c, store.ToolCallTransitionParams{From: []string{c.Status}, Status: store.ToolCallDispatched, DeadlineAt: &deadline})
+	if err != nil {
+		return c, err
+	}
+	if c.Kind == store.ToolKindServer {
+		st.toRun = append(st.toRun, c)
+		return c, st.syncRun(c, nil)
+	}
+	if online := st.s.opts.ClientConnected; online == nil || !online(c.SessionID) {
+		return st.finish(c, []string{store.ToolCallDispatched}, store.ToolCallFailed, nil,
+			errorJSON("client_offline", "no client of the session is connected to run "+c.ToolName, nil), 0)
+	}
+	if c, err = st.move(c, store.ToolCallTransitionParams{From: []string{store.ToolCallDispatched}, Status: store.ToolCallWaitingClient}); err != nil {
+		return c, err
+	}
+	st.event(eventlog.TypeToolDispatched, map[string]any{"tool_call_id": c.ToolCallID, "tool_name": c.ToolName, "kind": c.Kind, "attempt": 1, "deadline_at": c.DeadlineAt})
+	st.event(eventlog.TypeToolRequest, toolRequest(c))
+	return c, st.syncRun(c, nil)
+}
+
+// toolRequest is the payload of the client's tool_request.
+func toolRequest(c *store.ToolCall) map[string]any {
+	return map[string]any{"tool_call_id": c.ToolCallID, "tool_name": c.ToolName, "args": c.Args, "deadline_ts": c.DeadlineAt}
+}
+
+// syncRun keeps the run's state in line with its calls: paused waiting for
+// an approval while any call waits for one, paused waiting for a tool while
+// a client tool runs, running otherwise. A change is recorded as a state
+// event the client sees; detail names the call that caused it.
+func (st *step) syncRun(c *store.ToolCall, extra map[string]any) error {
+	if store.RunIsTerminal(st.run.Status) {
+		return nil
+	}
+	calls, err := st.q.ToolCallListActiveByRun(st.ctx, st.run.RunID)
+	if err != nil {
+		return err
+	}
+	want := store.RunRunning
+	for _, a := range calls {
+		if a.Status == store.ToolCallWaitingApproval {
+			want = store.RunPausedWaitingApproval
+			break
+		}
+		if a.Kind == store.ToolKindClient && (a.Status == store.ToolCallWaitingClient || a.Status == store.ToolCallDispatched) {
+			want = store.RunPausedWaitingTool
+		}
+	}
+	if want == st.run.Status {
+		return nil
+	}
+	run, err := st.q.RunTransition(st.ctx, &store.RunTransitionParams{RunID: st.run.RunID, From: []string{st.run.Status}, Status: want, At: st.at})
+	if err != nil {
+		return fmt.Errorf("run %s to %s: %w", st.run.RunID, want, err)
+	}
+	st.run = run
+	detail := map[string]any{"tool_call_id": c.ToolCallID, "tool_name": c.ToolName, "outcome": c.Status}
+	if c.ApprovalID != "" {
+		detail["approval_id"] = c.ApprovalID
+	}
+	for k, v := range extra {
+		detail[k] = v
+	}
+	st.event(eventlog.TypeState, map[string]any{"state": want, "detail": detail})
+	return nil
+}
+
+// failRun fails the run because call c failed (on_failure: fail_run). The
+// run's error carries the call's code so the client sees why (DESIGN §8).
+func (st *step) failRun(c *store.ToolCall, e *CallError) error {
+	if store.RunIsTerminal(st.run.Status) {
+		return nil
+	}
+	msg := fmt.Sprintf("tool %s failed (%s): %s", c.ToolName, e.Code, e.Message)
+	errJSON, _ := json.Marshal(map[string]string{"code": e.Code, "message": msg, "tool_call_id": c.ToolCallID, "tool_name": c.ToolName})
+	run, err := st.q.RunTransition(st.ctx, &store.RunTransitionParams{RunID: st.run.RunID, From: store.RunActiveStatuses, Status: store.RunFailed, At: st.at, Error: errJSON})
+	if errors.Is(err, store.ErrConflict) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	st.run = run
+	st.runEnded = true
+	if err := st.cascade("the run failed: " + msg); err != nil {
+		return err
+	}
+	invokeDone, _ := json.Marshal(map[string]any{"ok": false, "error": json.RawMessage(errJSON), "ended_by": "tool_call"})
+	st.evs = append(st.evs,
+		store.EventParams{SessionID: run.SessionID, RunID: run.RunID, ParentRunID: run.ParentRunID, TS: st.at, Type: eventlog.TypeAgentInvokeDone, Payload: invokeDone},
+		store.EventParams{SessionID: run.SessionID, RunID: run.RunID, ParentRunID: run.ParentRunID, TS: st.at, Type: eventlog.TypeRunFailed, Payload: errJSON})
+	return nil
+}
+
+// cascade cancels every call of the run still in flight, and their pending
+// approvals, because the run ended (DESIGN §2.4). A call that reached a
+// final state meanwhile (another replica) is left as it is.
+func (st *step) cascade(reason string) error {
+	calls, err := st.q.ToolCallListActiveByRun(st.ctx, st.run.RunID)
+	if err != nil {
+		return err
+	}
+	for _, c := range calls {
+		if c.Status == store.ToolCallWaitingApproval && c.ApprovalID != "" {
+			// The approval first: every path locks an approval before its call.
+			a, err := st.q.ApprovalDecide(st.ctx, &store.ApprovalDecideParams{ID: c.ApprovalID, Status: store.ApprovalCancelled, DecidedBy: "platform", Reason: reason, At: st.at})
+			if err == nil {
+				st.event(eventlog.TypeApprovalDecision, decisionPayload(a, st.at))
+			} else if !errors.Is(err, store.ErrConflict) {
+				return err
+			}
+		}
+		c, err := st.move(c, store.ToolCallTransitionParams{From: store.ToolCallActiveStatuses, Status: store.ToolCallCancelled, Error: errorJSON("cancelled", reason, nil)})
+		if errors.Is(err, store.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		st.ended = append(st.ended, c)
+		st.event(eventlog.TypeToolResult, map[string]any{
+			"tool_call_id": c.ToolCallID, "tool_name": c.ToolName, "state": c.Status, "status": StatusFailed,
+			"error": View(c).Error, "duration_ms": st.at - c.CreatedAt,
+		})
+	}
+	return nil
+}
+
+// decisionPayload is the approval_decision event of a decided approval.
+func decisionPayload(a *store.Approval, at int64) map[string]any {
+	return map[string]any{
+		"approval_id": a.ApprovalID, "tool_call_id": a.ToolCallID, "tool_name": a.ToolName,
+		"decision": strings.ToLower(a.Status), "decided_by": a.DecidedBy, "reason": a.Reason,
+		"decided_at": a.DecidedAt, "waited_ms": at - a.CreatedAt,
+	}
+}
+
+// OnRunEnd is the run manager's hook (run.Options.OnEnd): in the
+// transaction that ends a run, cancel what the run still waits for.
+func (s *Service) OnRunEnd(ctx context.Context, q store.Queries, run *store.Run, at int64) ([]store.EventParams, error) {
+	st := &step{s: s, ctx: ctx, q: q, at: at, run: run}
+	reason := "the run ended"
+	if err := st.cascade(reason); err != nil {
+		return nil, err
+	}
+	return st.evs, nil
+}

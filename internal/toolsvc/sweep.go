@@ -1,0 +1,78 @@
+package toolsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentplane/agentplane/internal/store"
+)
+
+// sweepBatch bounds the calls one sweep settles.
+const sweepBatch = 200
+
+func (s *Service) sweepLoop(ctx context.Context) {
+	defer close(s.bgDone)
+	t := time.NewTicker(s.opts.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+				s.opts.Logger.Warn("tool deadline sweep failed", "err", err)
+			}
+		}
+	}
+}
+
+// Sweep enforces due deadlines (DESIGN §2.5): a call waiting for approval
+// past the approval's expiry ends EXPIRED, a call running past its tool
+// timeout ends TIMEOUT. Deadlines are columns, so this holds after a
+// restart, and every change is guarded (the deadline must still be due and
+// the state unchanged), so any number of replicas may sweep at once. It
+// returns how many calls it settled.
+func (s *Service) Sweep(ctx context.Context) (int, error) {
+	now := s.now()
+	due, err := s.st.ToolCallListDue(ctx, &store.ToolCallListDueParams{Now: now, Limit: sweepBatch})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, c := range due {
+		settled := false
+		_, err := s.commit(ctx, c.SessionID, c.RunID, func(st *step) error {
+			settled = false
+			var err error
+			switch c.Status {
+			case store.ToolCallWaitingApproval:
+				_, err = st.expireApproval(c, now)
+			case store.ToolCallDispatched, store.ToolCallRunning, store.ToolCallWaitingClient:
+				msg := fmt.Sprintf("no result within the tool timeout of %d ms", c.TimeoutMS)
+				_, err = st.finish(c, []string{c.Status}, store.ToolCallTimeout, nil, errorJSON("timeout", msg, nil), now)
+			default:
+				return nil
+			}
+			if errors.Is(err, store.ErrConflict) {
+				return errMovedOn // settled elsewhere meanwhile; roll back anything written
+			}
+			settled = err == nil
+			return err
+		})
+		if errors.Is(err, errMovedOn) {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		if settled {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// errMovedOn rolls back a sweep step whose call moved on meanwhile.
+var errMovedOn = errors.New("tool call moved on")

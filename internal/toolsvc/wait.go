@@ -1,0 +1,188 @@
+package toolsvc
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/store"
+)
+
+// DefaultWait and MaxWait bound POST /v1/tool_calls/{id}:wait (seed 001
+// §2.1: a short long-poll the SDK repeats, so no proxy cuts it).
+const (
+	DefaultWait = 30 * time.Second
+	MaxWait     = 120 * time.Second
+)
+
+// Caller is who reads a tool call: an agent sees its own calls, the admin
+// every call.
+type Caller struct {
+	AgentID string
+	Admin   bool
+}
+
+// Get returns the call as the API shows it.
+func (s *Service) Get(ctx context.Context, who Caller, id string) (*CallView, error) {
+	c, err := s.callFor(ctx, who, id)
+	if err != nil {
+		return nil, err
+	}
+	return View(c), nil
+}
+
+// Wait returns the call once it has reached a final state, or as it
+// stands when timeout passes or ctx ends.
+func (s *Service) Wait(ctx context.Context, who Caller, id string, timeout time.Duration) (*CallView, error) {
+	c, err := s.callFor(ctx, who, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.wait(ctx, c, timeout)
+}
+
+func (s *Service) callFor(ctx context.Context, who Caller, id string) (*store.ToolCall, error) {
+	c, err := s.st.ToolCallGet(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !who.Admin && c.AgentID != who.AgentID) {
+		return nil, ErrToolCallNotFound // another agent's call is indistinguishable from none
+	}
+	return c, err
+}
+
+// wait blocks until c is final. It registers before re-reading the call,
+// so a change committed in between is never missed; after that each wake
+// is one primary-key read, triggered by the tool_result event of the run.
+func (s *Service) wait(ctx context.Context, c *store.ToolCall, timeout time.Duration) (*CallView, error) {
+	if store.ToolCallTerminal(c.Status) || timeout <= 0 {
+		return View(c), nil
+	}
+	w := s.waiters.add(c.RunID, c.SessionID)
+	defer s.waiters.remove(w)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		cur, err := s.st.ToolCallGet(ctx, c.ToolCallID)
+		if err != nil {
+			if ctx.Err() != nil {
+				return View(c), nil
+			}
+			return nil, err
+		}
+		c = cur
+		if store.ToolCallTerminal(c.Status) {
+			return View(c), nil
+		}
+		select {
+		case <-w.ch:
+		case <-timer.C:
+			return View(c), nil
+		case <-ctx.Done():
+			return View(c), nil
+		}
+	}
+}
+
+// waiters indexes the long-polls of this process by run (local commits
+// carry the run id) and by session (other processes report sessions).
+type waiters struct {
+	mu        sync.Mutex
+	byRun     map[string]map[*waiter]struct{}
+	bySession map[string]map[*waiter]struct{}
+	n         int
+}
+
+type waiter struct {
+	runID, sessionID string
+	ch               chan struct{}
+}
+
+func newWaiters() *waiters {
+	return &waiters{byRun: map[string]map[*waiter]struct{}{}, bySession: map[string]map[*waiter]struct{}{}}
+}
+
+func (ws *waiters) add(runID, sessionID string) *waiter {
+	w := &waiter{runID: runID, sessionID: sessionID, ch: make(chan struct{}, 1)}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	addTo(ws.byRun, runID, w)
+	addTo(ws.bySession, sessionID, w)
+	ws.n++
+	return w
+}
+
+func (ws *waiters) remove(w *waiter) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	removeFrom(ws.byRun, w.runID, w)
+	removeFrom(ws.bySession, w.sessionID, w)
+	ws.n--
+}
+
+func (ws *waiters) count() int {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.n
+}
+
+// committed is the log's commit hook: a tool_result ends a call, so the
+// long-polls of its run look again. It runs on the writer goroutine and
+// never blocks.
+func (ws *waiters) committed(events []store.Event) {
+	for i := range events {
+		if events[i].Type != eventlog.TypeToolResult {
+			continue
+		}
+		ws.mu.Lock()
+		for w := range ws.byRun[events[i].RunID] {
+			w.wake()
+		}
+		ws.mu.Unlock()
+	}
+}
+
+// wakeSessions wakes the long-polls of sessions another process moved
+// (nil: all of them).
+func (ws *waiters) wakeSessions(ids []string) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ids == nil {
+		for _, set := range ws.bySession {
+			for w := range set {
+				w.wake()
+			}
+		}
+		return
+	}
+	for _, id := range ids {
+		for w := range ws.bySession[id] {
+			w.wake()
+		}
+	}
+}
+
+func (w *waiter) wake() {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}
+
+func addTo(m map[string]map[*waiter]struct{}, key string, w *waiter) {
+	set := m[key]
+	if set == nil {
+		set = map[*waiter]struct{}{}
+		m[key] = set
+	}
+	set[w] = struct{}{}
+}
+
+func removeFrom(m map[string]map[*waiter]struct{}, key string, w *waiter) {
+	if set := m[key]; set != nil {
+		delete(set, w)
+		if len(set) == 0 {
+			delete(m, key)
+		}
+	}
+}
