@@ -184,6 +184,13 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		if err != nil {
 			return fmt.Errorf("register demo agent: %w", err)
 		}
+		// The demo's tools, registered over the admin API as an operator would.
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = demo.RegisterTools(rctx, base, cfg.AdminKey, demoAgent.ToolsURL)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("register demo tools: %w", err)
+		}
 		model := os.Getenv("AGENTPLANE_DEMO_MODEL")
 		if model == "" {
 			model = "demo-llm"
