@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/ids"
 	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
@@ -52,11 +53,25 @@ func (c *conn) fail(requestID string, err error) {
 }
 
 func (c *conn) invoke(ctx context.Context, cmd *command) {
+	// The connection counts as the session's client before the run starts:
+	// an agent that calls a client tool at once must not find the session
+	// without one (client_offline) in the moment before followSession.
+	sessionID := cmd.SessionID
+	if sessionID == "" {
+		sessionID = ids.New("ses")
+	}
+	c.s.follow(c, sessionID, true)
 	started, err := c.s.runs.StartRun(ctx, run.StartParams{
-		UserID: c.user(), SessionID: cmd.SessionID, AgentID: cmd.AgentID, RequestID: cmd.RequestID,
+		UserID: c.user(), SessionID: sessionID, AgentID: cmd.AgentID, RequestID: cmd.RequestID,
 		Message: agent.Message{Role: "user", Content: cmd.Content},
 	})
 	if err != nil {
+		c.mu.Lock()
+		following := c.subs[sessionID] != nil
+		c.mu.Unlock()
+		if !following {
+			c.s.follow(c, sessionID, false)
+		}
 		c.fail(cmd.RequestID, err)
 		return
 	}
