@@ -46,6 +46,11 @@ type InvokeRequest struct {
 	InputMessage Message
 	// Messages is the session transcript the agent may use as context.
 	Messages []Message
+	// Paused, when set, excuses silence: a timeout that fires while it
+	// reports true is re-armed instead, because the agent is waiting on the
+	// platform (an approval, a client tool) rather than stuck. It runs on a
+	// timer goroutine, once per timeout period.
+	Paused func() bool
 }
 
 // StreamEvent is one delta or state event from the agent, in stream order.
@@ -156,7 +161,7 @@ func (c *Client) Invoke(ctx context.Context, endpoint string, req InvokeRequest,
 	defer cancel(nil)
 	var connected atomic.Bool
 	reqCtx = trackConnection(reqCtx, &connected)
-	wd := newWatchdog(cancel, c.firstByteTimeout(), c.idleTimeout())
+	wd := newWatchdog(cancel, c.firstByteTimeout(), c.idleTimeout(), req.Paused)
 	defer wd.stop()
 
 	hreq, err := http.NewRequestWithContext(reqCtx, http.MethodPost, u.JoinPath("invoke").String(), bytes.NewReader(body))
@@ -453,26 +458,45 @@ func (a *activityReader) Read(p []byte) (int, error) {
 
 // watchdog enforces Invoke's timeouts by cancelling the request context with
 // an agent_timeout *InvokeError as the cause, so a blocked read returns at
-// once. All methods run on the invoking goroutine; only the timer callback
-// runs elsewhere, and it only calls cancel.
+// once. The invoking goroutine arms and stops it; the timer callback only
+// cancels, or re-arms while the run is paused.
 type watchdog struct {
 	cancel    context.CancelCauseFunc
 	idle      time.Duration
+	paused    func() bool
+	mu        sync.Mutex
 	t         *time.Timer
 	streaming bool // the first event has arrived
 }
 
-func newWatchdog(cancel context.CancelCauseFunc, first, idle time.Duration) *watchdog {
-	w := &watchdog{cancel: cancel, idle: idle}
-	w.t = time.AfterFunc(first, func() {
-		cancel(&InvokeError{Code: CodeAgentTimeout, Message: fmt.Sprintf("no response and first event from the agent within %s", first)})
-	})
+func newWatchdog(cancel context.CancelCauseFunc, first, idle time.Duration, paused func() bool) *watchdog {
+	w := &watchdog{cancel: cancel, idle: idle, paused: paused}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.arm(first, fmt.Sprintf("no response and first event from the agent within %s", first))
 	return w
+}
+
+// arm starts the clock (w.mu held).
+func (w *watchdog) arm(d time.Duration, why string) {
+	w.t = time.AfterFunc(d, func() { w.fire(d, why) })
+}
+
+func (w *watchdog) fire(d time.Duration, why string) {
+	if w.paused != nil && w.paused() {
+		w.mu.Lock()
+		w.t.Reset(d)
+		w.mu.Unlock()
+		return
+	}
+	w.cancel(&InvokeError{Code: CodeAgentTimeout, Message: why})
 }
 
 // activity restarts the idle clock; before the first event only the first
 // byte deadline applies.
 func (w *watchdog) activity() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.streaming {
 		w.t.Reset(w.idle)
 	}
@@ -480,20 +504,28 @@ func (w *watchdog) activity() {
 
 // pause stops the clock while the caller's handler runs: a slow consumer is
 // not a silent agent.
-func (w *watchdog) pause() { w.t.Stop() }
+func (w *watchdog) pause() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.t.Stop()
+}
 
 // resume restarts the idle clock after an event, switching from the first
 // byte deadline to the idle deadline after the first one.
 func (w *watchdog) resume() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.streaming {
 		w.t.Reset(w.idle)
 		return
 	}
 	w.streaming = true
-	idle := w.idle
-	w.t = time.AfterFunc(idle, func() {
-		w.cancel(&InvokeError{Code: CodeAgentTimeout, Message: fmt.Sprintf("the agent was silent for more than %s", idle)})
-	})
+	w.t.Stop()
+	w.arm(w.idle, fmt.Sprintf("the agent was silent for more than %s", w.idle))
 }
 
-func (w *watchdog) stop() { w.t.Stop() }
+func (w *watchdog) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.t.Stop()
+}

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -666,5 +667,37 @@ func TestInvokeNoGoroutineLeak(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// Silence while the run is paused (waiting for an approval or a client
+// tool) is excused, before and after the first event; once the pause ends
+// the timeout applies again.
+func TestInvokeTimeoutsExcusedWhilePaused(t *testing.T) {
+	t.Parallel()
+	for _, first := range []bool{false, true} {
+		t.Run(fmt.Sprint("after first event ", first), func(t *testing.T) {
+			t.Parallel()
+			srv := agentServer(t, func(w http.ResponseWriter, r *http.Request) {
+				startSSE(w)
+				if first {
+					send(w, "delta", `{"text":"a"}`)
+				}
+				waitGone(t, r)
+			})
+			c := testClient(t)
+			c.IdleTimeout, c.FirstByteTimeout = 100*time.Millisecond, 100*time.Millisecond
+			var checks atomic.Int32
+			req := testReq
+			// Paused for the first five timeout periods, then not.
+			req.Paused = func() bool { return checks.Add(1) <= 5 }
+			_, err := c.Invoke(t.Context(), srv.URL, req, collect(new([]StreamEvent)))
+			if code := invokeCode(t, err); code != CodeAgentTimeout {
+				t.Fatalf("code = %s (%v), want agent_timeout once the pause ends", code, err)
+			}
+			if n := checks.Load(); n != 6 {
+				t.Fatalf("paused asked %d times, want 6 (5 excused, then the timeout)", n)
+			}
+		})
 	}
 }

@@ -91,6 +91,13 @@ func (m *Manager) execute(ctx context.Context, run *store.Run, ag *store.Agent, 
 	res, err := m.opts.Invoker.Invoke(ctx, ag.Endpoint, agent.InvokeRequest{
 		AgentID: ag.AgentID, SessionID: run.SessionID, RunID: run.RunID, UserID: run.UserID,
 		Traceparent: traceparent, InputMessage: p.Message, Messages: transcript,
+		Paused: func() bool {
+			// Silence while the run waits for an approval or a client tool is
+			// expected (the agent is long-polling the platform). Read the
+			// store: the wait may be settled by another replica.
+			r, err := m.st.RunGet(context.Background(), run.RunID)
+			return err == nil && (r.Status == store.RunPausedWaitingApproval || r.Status == store.RunPausedWaitingTool)
+		},
 	}, handle)
 
 	cause := context.Cause(ctx)
