@@ -46,6 +46,11 @@ type Queries interface {
 	RunInsert(ctx context.Context, p *RunInsertParams) (*Run, error)
 	RunGet(ctx context.Context, runID string) (*Run, error)
 	RunTransition(ctx context.Context, p *RunTransitionParams) (*Run, error)
+	// RunLock reads a run and holds its row lock for the rest of the
+	// transaction. Transactions that change a run's tool calls take it
+	// first, so every path locks run → approval → tool call, the order the
+	// run's own transitions use, and replicas cannot deadlock.
+	RunLock(ctx context.Context, runID string) (*Run, error)
 	RunListActive(ctx context.Context, p *RunListActiveParams) ([]*Run, error)
 
 	EventsAppend(ctx context.Context, events []EventParams) ([]Event, error)

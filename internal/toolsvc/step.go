@@ -55,9 +55,9 @@ func (s *Service) commit(ctx context.Context, sessionID, runID string, fn func(s
 	do := func() (bool, error) {
 		_, err := s.log.Do(ctx, sessionID, func(ctx context.Context, q store.Queries) ([]store.EventParams, error) {
 			st = &step{s: s, ctx: ctx, q: q, at: s.now()}
-			run, err := q.RunGet(ctx, runID)
+			run, err := q.RunLock(ctx, runID)
 			if err != nil {
-				return nil, fmt.Errorf("load run %s: %w", runID, err)
+				return nil, err
 			}
 			st.run = run
 			if err := fn(st); err != nil {

@@ -47,6 +47,21 @@ func (q *queries) RunGet(ctx context.Context, runID string) (*store.Run, error) 
 	return r, nil
 }
 
+// RunLock reads a run inside a transaction and, on PostgreSQL, locks its
+// row until the transaction ends (SQLite has one writer: every write
+// transaction is already exclusive).
+func (q *queries) RunLock(ctx context.Context, runID string) (*store.Run, error) {
+	query := `SELECT ` + runCols + ` FROM runs WHERE run_id = ?`
+	if q.d.Name == "postgres" {
+		query += ` FOR UPDATE`
+	}
+	r, err := scanRun(q.queryRow(ctx, true, query, runID))
+	if err != nil {
+		return nil, fmt.Errorf("lock run %s: %w", runID, mapErr(q.d, err))
+	}
+	return r, nil
+}
+
 // RunTransition is the guarded state change: it updates only when the run
 // is in one of p.From. On no match it returns the current row and
 // ErrConflict, so the caller can answer 409 or treat it as already done.

@@ -428,3 +428,47 @@ func TestInTxRollsBackOnPanic(t *testing.T) {
 		}
 	})
 }
+
+// RunLock serialises transactions on one run: a second locker waits for
+// the first to commit and then sees its change (on SQLite the single writer
+// gives the same order).
+func TestRunLockSerialises(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		s := testdb.Open(t, dialect)
+		ctx := context.Background()
+		sid := newSession(t, s)
+		r, _ := s.RunInsert(ctx, &store.RunInsertParams{RunID: ids.New("run"), SessionID: sid, AgentID: "a", Owner: "i1", StartedAt: 1})
+		if _, err := s.RunLock(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("unknown run: %v", err)
+		}
+		// 20 transactions each lock the run, read its status and flip it
+		// (RUNNING ⇄ PAUSED_WAITING_TOOL) with a guard on what they read:
+		// with the lock none of them can see a stale status.
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := s.InTx(ctx, func(tx store.Queries) error {
+					cur, err := tx.RunLock(ctx, r.RunID)
+					if err != nil {
+						return err
+					}
+					to := store.RunPausedWaitingTool
+					if cur.Status == to {
+						to = store.RunRunning
+					}
+					_, err = tx.RunTransition(ctx, &store.RunTransitionParams{RunID: r.RunID, From: []string{cur.Status}, Status: to, At: 2})
+					return err
+				})
+				if err != nil {
+					t.Errorf("locked flip: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+		if cur, _ := s.RunGet(ctx, r.RunID); cur.Status != store.RunRunning {
+			t.Fatalf("after 20 flips the run is %s, want RUNNING", cur.Status)
+		}
+	})
+}
