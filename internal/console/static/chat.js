@@ -536,13 +536,15 @@
     return 'running…';
   };
 
-  // settleCards applies what a state event says about a tool call (DESIGN.md §4): the RUNNING
-  // that ends a wait names the call, its approval if it had one, and the call's next state.
+  // settleCards applies what a platform state event says about the tool call it names
+  // (DESIGN.md §4): detail.outcome is the call's state then. Past WAITING_APPROVAL the approval
+  // is decided (DISPATCHED: approved, whether the run then resumes or waits for a client tool);
+  // a final state settles a client tool's card.
   Chat.prototype.settleCards = function (detail) {
     var outcome = typeof detail.outcome === 'string' ? detail.outcome : '';
-    if (!outcome) return; // a pause names the call; only the end of the wait settles it
+    if (!outcome) return;
     var ac = detail.approval_id ? this.approvalCards.get(detail.approval_id) : null;
-    if (ac && ac.approval.outcome !== outcome) {
+    if (ac && outcome !== 'WAITING_APPROVAL' && ac.approval.outcome !== outcome) {
       this.setApproval(ac, { state: APPROVAL_OUTCOMES[outcome] || outcome.toLowerCase(), outcome: outcome });
     }
     var tc = detail.tool_call_id ? this.toolCards.get(detail.tool_call_id) : null;
@@ -783,6 +785,10 @@
   Chat.prototype.onApprovalRefused = function (card, msg) {
     if (card.approval.outcome) return; // the server's own word on the approval came first
     var err = { code: msg.code || 'error', message: msg.message || '' };
+    if (/expired/.test(err.code)) {
+      this.setApproval(card, { state: 'expired', error: err });
+      return;
+    }
     this.setApproval(card, { state: 'refused', error: err });
     if (!alreadyDecided(err)) this.toast('Approval decision refused — ' + errorText(msg), 'error');
   };
@@ -809,7 +815,11 @@
       case 'cancelled': return 'cancelled';
       case 'closed': return 'no longer pending';
       case 'refused':
-        if (alreadyDecided(a.error || {})) return 'already decided: ' + (a.error.message || a.error.code);
+        if (alreadyDecided(a.error || {})) {
+          // The server's message usually says it already ("the approval was already decided: rejected").
+          var m = a.error.message || a.error.code;
+          return /already decided/i.test(m) ? m : 'already decided: ' + m;
+        }
         return 'decision refused — ' + errorText(a.error || {});
     }
     return a.state;

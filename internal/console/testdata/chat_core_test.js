@@ -528,7 +528,7 @@ const tests = {
     s.push(ev(1, 'run_started', { message: { role: 'user', content: 'Send 250 to Bob' } }));
     const req = { approval_id: 'ap1', tool_call_id: 'tc5', tool_name: 'demo.transfer', args_summary: 'transfer 250 to Bob', expires_at: h.clock.t + 600000 };
     s.push(ev(2, 'approval_required', req));
-    s.push(ev(3, 'state', { state: 'PAUSED_WAITING_APPROVAL', detail: { tool_call_id: 'tc5', tool_name: 'demo.transfer', approval_id: 'ap1' } }));
+    s.push(ev(3, 'state', { state: 'PAUSED_WAITING_APPROVAL', detail: { tool_call_id: 'tc5', tool_name: 'demo.transfer', approval_id: 'ap1', outcome: 'WAITING_APPROVAL' } }));
     s.push(Object.assign({ type: 'approval_required', session_id: 's1', run_id: 'run1' }, req)); // the re-send, no seq
     assert.equal(h.cards('approval').length, 1);
     const card = h.card('ap1');
@@ -597,22 +597,50 @@ const tests = {
     s.push(ev(2, 'approval_required', { approval_id: 'ap1', tool_call_id: 'tc1', tool_name: 't' }));
     const card = h.card('ap1');
     h.chat.decideApproval(card, 'approve');
-    s.push({ type: 'error', request_id: s.last().request_id, code: 'conflict', message: 'approval ap1 was rejected' });
+    s.push({ type: 'error', request_id: s.last().request_id, code: 'approval_conflict', message: 'the approval was already decided: rejected' });
     assert.equal(card.approval.state, 'refused');
     assert.equal(card.approval.open, false);
-    assert.equal(card.statusText, 'already decided: approval ap1 was rejected');
+    assert.equal(card.statusText, 'the approval was already decided: rejected');
     assert.equal(h.events.toasts.length, 0);
     assert.equal(h.chat.decideApproval(card, 'reject'), false);
+    s.push(ev(3, 'approval_required', { approval_id: 'apx', tool_call_id: 'tcx', tool_name: 't' }));
+    h.chat.decideApproval(h.card('apx'), 'reject');
+    s.push({ type: 'error', request_id: s.last().request_id, code: 'conflict', message: 'approved by bob' });
+    assert.equal(h.card('apx').statusText, 'already decided: approved by bob');
     // Another refusal is worth a toast, and still re-enables nothing.
-    s.push(ev(3, 'approval_required', { approval_id: 'ap2', tool_call_id: 'tc2', tool_name: 't' }));
+    s.push(ev(4, 'approval_required', { approval_id: 'ap2', tool_call_id: 'tc2', tool_name: 't' }));
     h.chat.decideApproval(h.card('ap2'), 'approve');
     s.push({ type: 'error', request_id: s.last().request_id, code: 'forbidden', message: 'not your approval' });
     assert.equal(h.card('ap2').statusText, 'decision refused — forbidden: not your approval');
     assert.equal(h.card('ap2').approval.open, false);
     assert.equal(h.events.toasts.length, 1);
+    // Too late: the card shows it expired.
+    s.push(ev(5, 'approval_required', { approval_id: 'ap3', tool_call_id: 'tc3', tool_name: 't' }));
+    h.chat.decideApproval(h.card('ap3'), 'approve');
+    s.push({ type: 'error', request_id: s.last().request_id, code: 'approval_expired', message: 'the approval expired before this decision' });
+    assert.equal(h.card('ap3').statusText, 'expired');
+    assert.equal(h.events.toasts.length, 1);
     // The server's outcome still settles a refused card.
-    s.push(ev(4, 'state', { state: 'RUNNING', detail: { tool_call_id: 'tc1', approval_id: 'ap1', outcome: 'REJECTED' } }));
+    s.push(ev(6, 'state', { state: 'RUNNING', detail: { tool_call_id: 'tc1', approval_id: 'ap1', outcome: 'REJECTED' } }));
     assert.equal(card.statusText, 'rejected');
+  },
+
+  'approved client tool: the pause for the browser settles the approval'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    s.push(ev(1, 'run_started', { message: { role: 'user', content: 'x' } }));
+    s.push(ev(2, 'approval_required', { approval_id: 'ap1', tool_call_id: 'tc1', tool_name: 'client.now' }));
+    s.push(ev(3, 'state', { state: 'PAUSED_WAITING_APPROVAL', detail: { tool_call_id: 'tc1', tool_name: 'client.now', approval_id: 'ap1', outcome: 'WAITING_APPROVAL' } }));
+    assert.equal(h.card('ap1').approval.state, 'pending');
+    h.chat.decideApproval(h.card('ap1'), 'approve');
+    s.push(ev(4, 'state', { state: 'PAUSED_WAITING_TOOL', detail: { tool_call_id: 'tc1', tool_name: 'client.now', approval_id: 'ap1', outcome: 'DISPATCHED' } }));
+    assert.equal(h.card('ap1').approval.state, 'approved');
+    assert.equal(h.events.controls.runStatus, 'waiting for this browser');
+    s.push(ev(5, 'tool_request', { tool_call_id: 'tc1', tool_name: 'client.now' }));
+    assert.equal(s.ofType('tool_result').length, 1);
+    s.push(ev(6, 'state', { state: 'RUNNING', detail: { tool_call_id: 'tc1', tool_name: 'client.now', approval_id: 'ap1', outcome: 'SUCCEEDED' } }));
+    assert.equal(h.card('tc1').tool.state, 'done');
+    assert.equal(h.card('ap1').approval.state, 'approved');
   },
 
   'approval decision sent again after a reconnect if still pending'() {
