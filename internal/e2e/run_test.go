@@ -113,7 +113,7 @@ func TestInvokeStreamsThroughSDKAgents(t *testing.T) {
 	})
 }
 
-var clientFacing = map[string]bool{"run_started": true, "agent_stream_delta": true, "state": true, "run_done": true, "run_failed": true, "run_cancelled": true}
+var clientFacing = map[string]bool{"run_started": true, "agent_stream_delta": true, "state": true, "run_done": true, "run_failed": true, "run_cancelled": true, "approval_created": true, "tool_request": true}
 
 func TestReconnectResumesExactlyTheMissedEvents(t *testing.T) {
 	eachStore(t, func(t *testing.T, dsn string) {
