@@ -1140,6 +1140,18 @@ func TestToolIdempotentInvokes(t *testing.T) {
 			t.Fatalf("same key, same args re-spaced: %d %v", code, body)
 		}
 
+		// An agent reads its own calls only.
+		if code, v := s.call("GET", "/v1/tool_calls/"+callID, ga.key, nil); code != http.StatusOK || v["tool_call_id"] != callID || v["status"] != "succeeded" {
+			t.Fatalf("GET own tool call: %d %v", code, v)
+		}
+		other := startGoToolAgent(t, s, "go-other")
+		if code, v := s.call("GET", "/v1/tool_calls/"+callID, other.key, nil); code != http.StatusNotFound {
+			t.Fatalf("another agent read the call: %d %v", code, v)
+		}
+		if code, v := s.call("POST", "/v1/tool_calls/"+callID+":wait?timeout_ms=10", other.key, nil); code != http.StatusNotFound {
+			t.Fatalf("another agent waited on the call: %d %v", code, v)
+		}
+
 		ga.releaseAll()
 		res := singleResult(t, c.untilEnd())
 		if sv(res, "tool_call_id") != callID || num(res, "n") != 1 {
@@ -1490,6 +1502,7 @@ func TestToolRestartCascade(t *testing.T) {
 		te := newToolEndpoint(t)
 		putTool(t, s, "pay.transfer", transferTool(te.URL, "return_to_agent", alwaysApproval))
 		putTool(t, s, "ui.confirm", map[string]any{"kind": "client", "description": "Asks the user.", "on_failure": "return_to_agent"})
+		putTool(t, s, "srv.slow", transferTool(te.URL+"/slow", "return_to_agent", map[string]any{"decision": "allow"}))
 		startPyToolAgent(t, s, "py-tools")
 		c := dial(t, s, "alice", "alice-key")
 
@@ -1503,16 +1516,21 @@ func TestToolRestartCascade(t *testing.T) {
 		msgs = c.readUntilAll("tool_request", isType("tool_request"))
 		tr := msgs[len(msgs)-1]
 
+		// A third run's server tool is running when the process dies.
+		started = c.invokeSpec("py-tools", "", map[string]any{"tool": "srv.slow", "args": map[string]any{"amount": 3}})
+		slowRun := sv(started, "run_id")
+		slowCall := te.waitSlow(t)
+
 		s.kill()
 		s.restart()
 
-		for _, runID := range []string{approvalRun, clientRun} {
+		for _, runID := range []string{approvalRun, clientRun, slowRun} {
 			run := waitRunEnded(t, s, runID)
 			if run["status"] != "FAILED" || obj(run, "error")["code"] != "platform_restarted" {
 				t.Fatalf("run %s after the restart: %v", runID, run)
 			}
 		}
-		for _, id := range []string{sv(ap, "tool_call_id"), sv(tr, "tool_call_id")} {
+		for _, id := range []string{sv(ap, "tool_call_id"), sv(tr, "tool_call_id"), slowCall} {
 			if v := toolCall(t, s, id); v["state"] != "CANCELLED" || v["status"] != "failed" {
 				t.Fatalf("tool call after the restart: %v", v)
 			}
@@ -1562,7 +1580,7 @@ func TestToolRestartCascade(t *testing.T) {
 		if code, body := decide(s, sv(ap, "approval_id"), "approve"); code != http.StatusConflict {
 			t.Fatalf("approving after a graceful stop: %d %v", code, body)
 		}
-		assertExecutions(t, te, 0)
+		assertExecutions(t, te, 1) // the slow tool, once: never sent again after the restart
 		assertSettled(t, dsn)
 	})
 }
@@ -1791,11 +1809,20 @@ func TestToolRegistryOverHTTP(t *testing.T) {
 			{"tool not for this agent", listerKey, "secret.tool", listerRun, map[string]any{}, 403, "forbidden"},
 			{"unknown tool", listerKey, "no.such.tool", listerRun, map[string]any{}, 404, "tool_not_found"},
 			{"user key", "alice-key", "srv.echo", listerRun, map[string]any{"x": 7}, 403, ""},
+			{"no run", listerKey, "srv.echo", "", map[string]any{"x": 7}, 400, "invalid_request"},
 		} {
 			code, body := invoke(x.key, x.tool, x.run, x.args)
 			if code != x.status || (x.code != "" && errCode(body) != x.code) {
 				t.Errorf("%s: %d %v, want %d %s", x.name, code, body, x.status, x.code)
 			}
+		}
+
+		// The run may come in the x-run-id header alone, but not contradict it.
+		if code, body := s.call("POST", "/v1/tools/srv.echo:invoke", listerKey, map[string]any{"args": map[string]any{"x": 7}}, "x-run-id", listerRun); code != http.StatusConflict || errCode(body) != "run_not_active" {
+			t.Fatalf("run id in the header only: %d %v", code, body)
+		}
+		if code, body := s.call("POST", "/v1/tools/srv.echo:invoke", listerKey, map[string]any{"run_id": listerRun, "args": map[string]any{"x": 7}}, "x-run-id", otherRun); code != http.StatusBadRequest {
+			t.Fatalf("x-run-id contradicting the body: %d %v", code, body)
 		}
 
 		if code, body := s.call("DELETE", "/v1/tools/srv.echo", adminKey, nil); code != http.StatusOK {
