@@ -241,3 +241,40 @@ func TestPokeDeliversEventsWrittenElsewhere(t *testing.T) {
 	got := collect(t, st, sub, 2)
 	assertConsecutive(t, got, 1)
 }
+
+// Events appended IfRunActive are dropped at commit once their run has
+// ended — here by another connection, as another replica would — and the
+// session's seqs stay gap-free.
+func TestIfRunActiveDropsOutputOfEndedRuns(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		st := testdb.Open(t, dialect)
+		l := New(st, Options{})
+		defer l.Stop()
+		ctx := context.Background()
+		sid := session(t, st)
+		r, err := st.RunInsert(ctx, &store.RunInsertParams{RunID: ids.New("run"), SessionID: sid, AgentID: "a", Owner: "elsewhere", StartedAt: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		delta := func(n int) store.EventParams {
+			e := ev(sid, "agent_stream_delta", n)
+			e.RunID, e.IfRunActive = r.RunID, true
+			return e
+		}
+		if _, err := l.Append(ctx, delta(1), delta(2)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.RunTransition(ctx, &store.RunTransitionParams{RunID: r.RunID, From: store.RunActiveStatuses, Status: store.RunCancelled, At: 2}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.Append(ctx, delta(3), ev(sid, "unconditional", 4))
+		if err != nil || len(got) != 1 || got[0].Type != "unconditional" {
+			t.Fatalf("append after the end: %v %v", got, err)
+		}
+		evs, _ := st.EventsList(ctx, &store.EventsListParams{SessionID: sid})
+		if len(evs) != 3 {
+			t.Fatalf("%d events stored, want 3 (the late delta dropped)", len(evs))
+		}
+		assertConsecutive(t, evs, 1)
+	})
+}

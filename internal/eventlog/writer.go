@@ -114,6 +114,10 @@ func (w *writer) runOps(ctx context.Context, tx store.Queries, batch []*op, resu
 }
 
 func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event) error {
+	ended, err := endedRuns(ctx, tx, batch)
+	if err != nil {
+		return err
+	}
 	var pending []store.EventParams
 	var owners []int // op index for each pending event
 	flush := func() error {
@@ -133,6 +137,9 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 	for i, o := range batch {
 		results[i] = nil
 		evs := o.events
+		if ended != nil {
+			evs = dropEnded(evs, ended)
+		}
 		if o.fn != nil {
 			if err := flush(); err != nil {
 				return err
@@ -175,4 +182,38 @@ func (w *writer) finish(batch []*op, results [][]store.Event, errs []error) {
 		w.appended.Add(int64(len(all)))
 		w.publish(all)
 	}
+}
+
+// endedRuns reads, once per batch, which runs with IfRunActive events have
+// ended, so those events are dropped rather than logged after the run's
+// terminal event. Nil when the batch has no such event.
+func endedRuns(ctx context.Context, tx store.Queries, batch []*op) (map[string]bool, error) {
+	var ids []string
+	seen := map[string]bool{}
+	for _, o := range batch {
+		for i := range o.events {
+			if e := &o.events[i]; e.IfRunActive && !seen[e.RunID] {
+				seen[e.RunID] = true
+				ids = append(ids, e.RunID)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	ended, err := tx.RunsEnded(ctx, ids)
+	if err != nil || len(ended) == 0 {
+		return nil, err
+	}
+	return ended, nil
+}
+
+func dropEnded(evs []store.EventParams, ended map[string]bool) []store.EventParams {
+	keep := evs[:0:0]
+	for _, e := range evs {
+		if !e.IfRunActive || !ended[e.RunID] {
+			keep = append(keep, e)
+		}
+	}
+	return keep
 }

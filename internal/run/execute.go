@@ -85,6 +85,7 @@ func (m *Manager) execute(ctx context.Context, run *store.Run, ag *store.Agent, 
 		}
 		return m.log.AppendAsync(context.Background(), onAppended, store.EventParams{
 			SessionID: run.SessionID, RunID: run.RunID, TS: m.now(), Type: typ, Payload: payload,
+			IfRunActive: true,
 		})
 	}
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentplane/agentplane/internal/agent"
@@ -70,7 +71,9 @@ type Manager struct {
 }
 
 type activeRun struct {
-	cancel context.CancelCauseFunc
+	cancel    context.CancelCauseFunc
+	sessionID string
+	checking  atomic.Bool // a check for an end elsewhere is under way
 
 	mu    sync.Mutex // orders delta appends against Cancel
 	ended bool       // set by Cancel under mu
@@ -107,6 +110,7 @@ func New(log *eventlog.Log, opts Options) *Manager {
 		opts.Metrics = metrics.New()
 	}
 	m := &Manager{log: log, st: log.Store(), opts: opts, active: map[string]*activeRun{}}
+	log.Observe(nil, m.movedElsewhere)
 	m.started = opts.Metrics.Counter("agentplane_runs_started_total", "Runs started.", "")
 	m.finished = opts.Metrics.Counter("agentplane_runs_finished_total", "Runs ended, by final status (DONE, FAILED, CANCELLED) and error code.", "outcome")
 	m.duration = opts.Metrics.Histogram("agentplane_run_duration_seconds", "Run duration from start to its terminal state.", "status", metrics.DurationBuckets)
@@ -223,4 +227,43 @@ func (m *Manager) onEnd(ctx context.Context, tx store.Queries, run *store.Run, a
 		return nil, nil
 	}
 	return m.opts.OnEnd(ctx, tx, run, at)
+}
+
+// movedElsewhere hears that other processes wrote into sessions (nil: any
+// session). A run this process drives may have been ended there — cancelled
+// through another replica, or failed by a tool call made through one — so
+// each such run is checked against the store and, if it ended, its agent
+// request is closed. (Its late output is dropped at commit in any case:
+// deltas are appended IfRunActive.)
+func (m *Manager) movedElsewhere(sessionIDs []string) {
+	var set map[string]bool
+	if sessionIDs != nil {
+		set = make(map[string]bool, len(sessionIDs))
+		for _, id := range sessionIDs {
+			set[id] = true
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for runID, a := range m.active {
+		if (set == nil || set[a.sessionID]) && a.checking.CompareAndSwap(false, true) {
+			go m.checkEnded(runID, a)
+		}
+	}
+}
+
+func (m *Manager) checkEnded(runID string, a *activeRun) {
+	defer a.checking.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := m.st.RunGet(ctx, runID)
+	if err != nil || !store.RunIsTerminal(r.Status) {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.ended {
+		a.ended = true
+		a.cancel(errEndedElsewhere)
+	}
 }

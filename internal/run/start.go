@@ -124,7 +124,7 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 // launch registers the run as active and drives it in the background.
 func (m *Manager) launch(run *store.Run, ag *store.Agent, p StartParams, traceparent string) {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	a := &activeRun{cancel: cancel}
+	a := &activeRun{cancel: cancel, sessionID: run.SessionID}
 	m.mu.Lock()
 	m.active[run.RunID] = a
 	m.wg.Add(1)

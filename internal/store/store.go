@@ -51,6 +51,11 @@ type Queries interface {
 	// first, so every path locks run → approval → tool call, the order the
 	// run's own transitions use, and replicas cannot deadlock.
 	RunLock(ctx context.Context, runID string) (*Run, error)
+	// RunsEnded reports which of runIDs have ended. On PostgreSQL it takes
+	// a share lock on the rows, so a concurrent transaction ending one of
+	// them commits either before this read (and is seen) or after this
+	// transaction (and its events come later in the session).
+	RunsEnded(ctx context.Context, runIDs []string) (map[string]bool, error)
 	RunListActive(ctx context.Context, p *RunListActiveParams) ([]*Run, error)
 
 	EventsAppend(ctx context.Context, events []EventParams) ([]Event, error)
@@ -94,6 +99,19 @@ type Queries interface {
 
 	InstanceHeartbeat(ctx context.Context, instanceID string, at int64) error
 	InstanceList(ctx context.Context) ([]Instance, error)
+
+	// Client presence across processes (DESIGN §8: a client tool needs a
+	// connection of its session, wherever that connection lives).
+	// SessionClientsSet records how many of instanceID's connections follow
+	// sessionID; 0 deletes the row.
+	SessionClientsSet(ctx context.Context, sessionID, instanceID string, connections int, at int64) error
+	// SessionClientsDeleteInstance drops every row of instanceID: a process
+	// starting (or stopping) forgets the connections of its previous life.
+	SessionClientsDeleteInstance(ctx context.Context, instanceID string) error
+	// SessionHasClient reports whether some process with connections
+	// following sessionID has a heartbeat at or after aliveSince, so the
+	// rows of a crashed process stop counting once it goes stale.
+	SessionHasClient(ctx context.Context, sessionID string, aliveSince int64) (bool, error)
 
 	// EventsNotify tells other processes that sessions got events. In a
 	// transaction it is sent only on commit (PostgreSQL NOTIFY); on SQLite,
@@ -208,6 +226,11 @@ type EventParams struct {
 	TS          int64
 	Type        string
 	Payload     json.RawMessage
+	// IfRunActive drops the event, at commit, when its run has already
+	// ended — possibly by another process (a cancel or a tool call's
+	// failure on another replica), so an agent's late output never lands
+	// after the run's terminal event. Not stored.
+	IfRunActive bool `json:"-"`
 }
 
 // EventsListParams pages through a session's events (SessionID) or a run's

@@ -62,6 +62,38 @@ func (q *queries) RunLock(ctx context.Context, runID string) (*store.Run, error)
 	return r, nil
 }
 
+// RunsEnded reports which of runIDs are in a terminal state, share-locking
+// their rows on PostgreSQL (see store.Queries).
+func (q *queries) RunsEnded(ctx context.Context, runIDs []string) (map[string]bool, error) {
+	if len(runIDs) == 0 {
+		return nil, nil
+	}
+	query := `SELECT run_id, status FROM runs WHERE run_id IN (` + placeholders(len(runIDs)) + `)`
+	if q.d.Name == "postgres" {
+		query += ` FOR SHARE`
+	}
+	args := make([]any, len(runIDs))
+	for i, id := range runIDs {
+		args[i] = id
+	}
+	rows, err := q.w.QueryContext(ctx, q.bind(query), args...)
+	if err != nil {
+		return nil, fmt.Errorf("runs ended: %w", mapErr(q.d, err))
+	}
+	defer rows.Close()
+	ended := map[string]bool{}
+	for rows.Next() {
+		var id, status string
+		if err := rows.Scan(&id, &status); err != nil {
+			return nil, fmt.Errorf("runs ended: %w", err)
+		}
+		if store.RunIsTerminal(status) {
+			ended[id] = true
+		}
+	}
+	return ended, rows.Err()
+}
+
 // RunTransition is the guarded state change: it updates only when the run
 // is in one of p.From. On no match it returns the current row and
 // ErrConflict, so the caller can answer 409 or treat it as already done.
