@@ -61,6 +61,9 @@ func (c *conn) invoke(ctx context.Context, cmd *command) {
 		sessionID = ids.New("ses")
 	}
 	c.s.follow(c, sessionID, true)
+	// Other processes learn of the connection through the store; the agent
+	// may ask one of them for a client tool as soon as the run starts.
+	c.s.presence.flushed(ctx, sessionID)
 	started, err := c.s.runs.StartRun(ctx, run.StartParams{
 		UserID: c.user(), SessionID: sessionID, AgentID: cmd.AgentID, RequestID: cmd.RequestID,
 		Message: agent.Message{Role: "user", Content: cmd.Content},

@@ -38,6 +38,14 @@ type Options struct {
 	// Tools answers tool_result and approval_decision and lists what a
 	// session still waits for after a subscribe. Nil refuses those messages.
 	Tools Tools
+	// Presence, when set, records in the store whether this process has
+	// connections following a session (1) or none any more (0), so another
+	// process sharing the database that dispatches one of the session's
+	// client tools finds the client (DESIGN §8; store.SessionClientsSet).
+	// It is called from the ingress's own goroutines, in order per session;
+	// an agent_invoke waits briefly for it before the run starts. Nil means
+	// only this process asks (Connected).
+	Presence func(ctx context.Context, sessionID string, connections int) error
 }
 
 // Tools is the tool-call side of the protocol (toolsvc.Service).
@@ -55,6 +63,7 @@ type Server struct {
 	st       store.Store
 	opts     Options
 	upgrader websocket.Upgrader
+	presence *presence // nil without Options.Presence
 
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
@@ -85,6 +94,9 @@ func New(keys *auth.Keys, runs *run.Manager, log *eventlog.Log, opts Options) *S
 	}
 	s := &Server{keys: keys, runs: runs, log: log, st: log.Store(), opts: opts,
 		conns: map[*conn]struct{}{}, sessions: map[string]map[*conn]struct{}{}}
+	if opts.Presence != nil {
+		s.presence = newPresence(opts.Presence, opts.Logger)
+	}
 	s.upgrader = websocket.Upgrader{
 		// Zero buffer sizes reuse the HTTP server's buffers, and a pool
 		// lends write buffers only while writing: an idle connection holds
@@ -98,8 +110,9 @@ func New(keys *auth.Keys, runs *run.Manager, log *eventlog.Log, opts Options) *S
 // Connections is the number of open client connections.
 func (s *Server) Connections() int64 { return s.count.Load() }
 
-// Connected reports whether any connection follows sessionID (DESIGN §8:
-// a client tool needs one).
+// Connected reports whether any connection of this process follows
+// sessionID (DESIGN §8: a client tool needs one). Connections to other
+// processes are seen through the store (Options.Presence).
 func (s *Server) Connected(sessionID string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -133,6 +146,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.serve()
 }
 
+// follow adds c to (or removes it from) the connections following
+// sessionID. When the session gains its first local connection or loses its
+// last, the change is written through to the store; under s.mu, so the
+// writes are queued in the order of the changes.
 func (s *Server) follow(c *conn, sessionID string, on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -143,17 +160,26 @@ func (s *Server) follow(c *conn, sessionID string, on bool) {
 			s.sessions[sessionID] = m
 		}
 		m[c] = struct{}{}
+		if len(m) == 1 {
+			s.presence.set(sessionID, true)
+		}
+		return
+	}
+	if _, ok := m[c]; !ok {
 		return
 	}
 	delete(m, c)
 	if len(m) == 0 {
 		delete(s.sessions, sessionID)
+		s.presence.set(sessionID, false)
 	}
 }
 
 // Shutdown refuses new connections, gives subscriptions a moment to deliver
 // the last committed events, then closes every connection with 1001 so
-// clients reconnect elsewhere and resume from their last seq.
+// clients reconnect elsewhere and resume from their last seq. Presence
+// writes still queued get until ctx ends; then the caller should drop this
+// process's presence rows (store.SessionClientsDeleteInstance).
 func (s *Server) Shutdown(ctx context.Context) {
 	s.mu.Lock()
 	s.closing = true
@@ -168,4 +194,5 @@ func (s *Server) Shutdown(ctx context.Context) {
 	for _, c := range conns {
 		c.closeWith(websocket.CloseGoingAway, "server shutting down")
 	}
+	s.presence.stop(ctx)
 }

@@ -95,7 +95,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	reg.CounterFunc("agentplane_event_commits_total", "Event log transactions committed by this process (events per commit shows batching).", func() float64 { _, c := log.Stats(); return float64(c) })
 	bridge := newLLMBridge(keys, st, log, logger)
 	tools := toolsvc.New(log, toolsvc.Options{Logger: logger, HTTP: httpClient, Allow: allow, Metrics: reg})
-	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce, OnEnd: tools.OnRunEnd})
+	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce, OnEnd: tools.OnRunEnd, StaleAfter: staleAfter})
 	tools.SetRuns(runs)
 	if err := runs.Start(ctx); err != nil {
 		return fmt.Errorf("start run manager: %w", err)
@@ -109,8 +109,21 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	}
 	var shuttingDown atomic.Bool
 	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Tools: tools, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() }}
-	ws := ingress.New(keys, runs, log, ingress.Options{MaxFrameBytes: cfg.MaxFrameBytes, Logger: logger, Tools: tools})
-	tools.SetClientConnected(ws.Connected)
+	// Client presence across replicas (DESIGN §8): with a shared database
+	// the ingress records which sessions it has connections for, and a
+	// client tool dispatched by any replica asks those rows. On SQLite one
+	// process owns the file, so its own connections are all there are. A
+	// restart forgets the connections of the previous life first.
+	shared := st.Dialect() == "postgres"
+	if err := st.SessionClientsDeleteInstance(ctx, cfg.InstanceID); err != nil {
+		return fmt.Errorf("drop stale client presence: %w", err)
+	}
+	wsOpts := ingress.Options{MaxFrameBytes: cfg.MaxFrameBytes, Logger: logger, Tools: tools}
+	if shared {
+		wsOpts.Presence = recordPresence(st, cfg.InstanceID)
+	}
+	ws := ingress.New(keys, runs, log, wsOpts)
+	tools.SetClientConnected(clientPresence(ws, shared))
 	reg.GaugeFunc("agentplane_ws_connections", "Open client WebSocket connections.", func() float64 { return float64(ws.Connections()) })
 
 	llmCfg, err := llmConfig(cfg)
@@ -228,6 +241,9 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	ws.Shutdown(final)
 	if err := srv.Shutdown(final); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		logger.Warn("http shutdown", "err", err)
+	}
+	if err := st.SessionClientsDeleteInstance(final, cfg.InstanceID); err != nil {
+		logger.Warn("drop client presence", "err", err)
 	}
 	prb.Stop()
 	tools.Stop()

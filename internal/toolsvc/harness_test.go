@@ -48,7 +48,14 @@ func newHarness(t *testing.T, dialect string) *harness {
 	h.log = eventlog.New(h.st, eventlog.Options{Origin: "test"})
 	clock := func() time.Time { return time.Now().Add(time.Duration(h.skew.Load()) * time.Millisecond) }
 	h.svc = New(h.log, Options{Now: clock, SweepInterval: time.Hour, InlineWait: 5 * time.Second,
-		ClientConnected: func(s string) bool { _, ok := h.online.Load(s); return ok }})
+		// As the server composes it: this process's clients, then the
+		// store's presence rows, read in the dispatching transaction.
+		ClientConnected: func(ctx context.Context, q store.Queries, s string) (bool, error) {
+			if _, ok := h.online.Load(s); ok {
+				return true, nil
+			}
+			return q.SessionHasClient(ctx, s, 0)
+		}})
 	h.runs = run.New(h.log, run.Options{InstanceID: "test", Invoker: &agent.Client{}, OnEnd: h.svc.OnRunEnd, HeartbeatInterval: time.Hour, Now: clock})
 	h.svc.SetRuns(h.runs)
 	h.srv = httptest.NewServer(http.HandlerFunc(h.serveTool))

@@ -40,9 +40,12 @@ type Options struct {
 	// Allow checks a server tool's endpoint when it is registered.
 	Allow *agent.Allowlist
 	// ClientConnected reports whether a client of the session is connected
-	// (the ingress). Nil means none ever is: client tools fail with
-	// client_offline.
-	ClientConnected func(sessionID string) bool
+	// to this process or any other (the ingress, then the store's presence
+	// rows). It is asked inside the transaction that dispatches the call,
+	// and q is that transaction: a store read must go through q (on SQLite
+	// it holds the only writer connection). An error aborts the dispatch.
+	// Nil means no client ever is: client tools fail with client_offline.
+	ClientConnected func(ctx context.Context, q store.Queries, sessionID string) (bool, error)
 	// Runs, when set, stops the agent stream of a run a tool call fails.
 	Runs RunGuard
 	// Now is the clock (tests); default time.Now.
@@ -110,7 +113,9 @@ func New(log *eventlog.Log, opts Options) *Service {
 
 // SetClientConnected sets the presence check once the ingress exists
 // (it is built after the service).
-func (s *Service) SetClientConnected(fn func(sessionID string) bool) { s.opts.ClientConnected = fn }
+func (s *Service) SetClientConnected(fn func(ctx context.Context, q store.Queries, sessionID string) (bool, error)) {
+	s.opts.ClientConnected = fn
+}
 
 // SetRuns sets the run guard once the run manager exists (it takes the
 // service's OnRunEnd hook, so it is built after the service).

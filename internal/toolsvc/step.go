@@ -152,7 +152,13 @@ func (st *step) dispatch(c *store.ToolCall) (*store.ToolCall, error) {
 		st.toRun = append(st.toRun, c)
 		return c, st.syncRun(c, nil)
 	}
-	if online := st.s.opts.ClientConnected; online == nil || !online(c.SessionID) {
+	online := false
+	if connected := st.s.opts.ClientConnected; connected != nil {
+		if online, err = connected(st.ctx, st.q, c.SessionID); err != nil {
+			return c, fmt.Errorf("client presence of session %s: %w", c.SessionID, err)
+		}
+	}
+	if !online {
 		return st.finish(c, []string{store.ToolCallDispatched}, store.ToolCallFailed, nil,
 			errorJSON("client_offline", "no client of the session is connected to run "+c.ToolName, nil), 0)
 	}
