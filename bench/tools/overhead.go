@@ -77,7 +77,7 @@ func overheadMain(args []string) error {
 	n := fs.Int("n", 2000, "sequential calls per target and round")
 	conc := fs.Int("concurrency", 8, "concurrent callers in the concurrent phase (each in a run of its own)")
 	concN := fs.Int("conc-n", 4000, "calls per target and round in the concurrent phase")
-	warm := fs.Int("warmup", 300, "unmeasured calls per target before the first round")
+	warm := fs.Int("warmup", 300, "unmeasured calls per target before each round (each round starts a fresh platform)")
 	fs.Parse(args)
 	stores, err := cf.storeList()
 	if err != nil {
@@ -195,11 +195,10 @@ func measureOverhead(e *platform, round, n, conc, concN, warm int) ([]*phaseResu
 		}
 		return d
 	}
-	if round == 1 {
-		for i := range warm {
-			direct(e.runIDs[0], i)
-			invoke(e.runIDs[i%len(e.runIDs)], i)
-		}
+	// Every round runs on a fresh platform: warm it (and the connections) up.
+	for i := range warm {
+		direct(e.runIDs[0], i)
+		invoke(e.runIDs[i%len(e.runIDs)], i)
 	}
 	calls0 := e.tools.calls.Load()
 	var out []*phaseResult
@@ -250,8 +249,12 @@ func measureOverhead(e *platform, round, n, conc, concN, warm int) ([]*phaseResu
 		fmt.Printf("agentplane invoke:         %s (%.0f calls/s)\n", pp, float64(len(p))/pc.wall.Seconds())
 		fmt.Printf("overhead p50 %s ms, p99 %s ms; ratio p50 %s, p99 %s\n", ms(pp.p50-bp.p50), ms(pp.p99-bp.p99), ratio(pp.p50, bp.p50), ratio(pp.p99, bp.p99))
 		if tenth := len(p) / 10; ph.name == "sequential" && tenth > 0 {
-			fmt.Printf("agentplane p50 over the first tenth of the calls %s ms, over the last tenth %s ms (drift as the run's calls accumulate)\n",
-				ms(percentiles(append([]time.Duration(nil), p[:tenth]...)).p50), ms(percentiles(append([]time.Duration(nil), p[len(p)-tenth:]...)).p50))
+			// Does a call get slower as the run's calls accumulate?
+			var ps []string
+			for t := range 10 {
+				ps = append(ps, ms(percentiles(append([]time.Duration(nil), p[t*tenth:(t+1)*tenth]...)).p50))
+			}
+			fmt.Printf("agentplane p50 per tenth of the calls, in order: %s ms\n", strings.Join(ps, ", "))
 		}
 		fmt.Printf("during the invokes: %s; server CPU %.0f µs per call\n\n", pc, pc.server*pc.wall.Seconds()*1e6/float64(len(p)))
 		out = append(out, r)
