@@ -2,6 +2,7 @@ package toolsvc
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"time"
@@ -58,7 +59,7 @@ func (s *Service) wait(ctx context.Context, c *store.ToolCall, timeout time.Dura
 	if store.ToolCallTerminal(c.Status) || timeout <= 0 {
 		return View(c), nil
 	}
-	w := s.waiters.add(c.RunID, c.SessionID)
+	w := s.waiters.add(c.ToolCallID, c.SessionID)
 	defer s.waiters.remove(w)
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -84,29 +85,30 @@ func (s *Service) wait(ctx context.Context, c *store.ToolCall, timeout time.Dura
 	}
 }
 
-// waiters indexes the long-polls of this process by run (local commits
-// carry the run id) and by session (other processes report sessions).
+// waiters indexes the long-polls of this process by tool call (a local
+// tool_result names its call, so ending one call wakes only its own waits)
+// and by session (other processes report only sessions).
 type waiters struct {
 	mu        sync.Mutex
-	byRun     map[string]map[*waiter]struct{}
+	byCall    map[string]map[*waiter]struct{}
 	bySession map[string]map[*waiter]struct{}
 	n         int
 }
 
 type waiter struct {
-	runID, sessionID string
-	ch               chan struct{}
+	callID, sessionID string
+	ch                chan struct{}
 }
 
 func newWaiters() *waiters {
-	return &waiters{byRun: map[string]map[*waiter]struct{}{}, bySession: map[string]map[*waiter]struct{}{}}
+	return &waiters{byCall: map[string]map[*waiter]struct{}{}, bySession: map[string]map[*waiter]struct{}{}}
 }
 
-func (ws *waiters) add(runID, sessionID string) *waiter {
-	w := &waiter{runID: runID, sessionID: sessionID, ch: make(chan struct{}, 1)}
+func (ws *waiters) add(callID, sessionID string) *waiter {
+	w := &waiter{callID: callID, sessionID: sessionID, ch: make(chan struct{}, 1)}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	addTo(ws.byRun, runID, w)
+	addTo(ws.byCall, callID, w)
 	addTo(ws.bySession, sessionID, w)
 	ws.n++
 	return w
@@ -115,7 +117,7 @@ func (ws *waiters) add(runID, sessionID string) *waiter {
 func (ws *waiters) remove(w *waiter) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	removeFrom(ws.byRun, w.runID, w)
+	removeFrom(ws.byCall, w.callID, w)
 	removeFrom(ws.bySession, w.sessionID, w)
 	ws.n--
 }
@@ -127,15 +129,21 @@ func (ws *waiters) count() int {
 }
 
 // committed is the log's commit hook: a tool_result ends a call, so the
-// long-polls of its run look again. It runs on the writer goroutine and
+// long-polls of that call look again. It runs on the writer goroutine and
 // never blocks.
 func (ws *waiters) committed(events []store.Event) {
 	for i := range events {
 		if events[i].Type != eventlog.TypeToolResult {
 			continue
 		}
+		var p struct {
+			ToolCallID string `json:"tool_call_id"`
+		}
+		if json.Unmarshal(events[i].Payload, &p) != nil {
+			continue
+		}
 		ws.mu.Lock()
-		for w := range ws.byRun[events[i].RunID] {
+		for w := range ws.byCall[p.ToolCallID] {
 			w.wake()
 		}
 		ws.mu.Unlock()
