@@ -485,8 +485,8 @@ func measureBaseline(cfg latencyConfig) (*loadResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer relay.stop(10 * time.Second)
-	r, _ := runLoad("baseline relay (no persistence)", cfg, relay.wsURL("/ws"), "", relay.pid(), ag, w, false, func() { close(ag.stop) })
+	defer relay.Stop(10 * time.Second)
+	r, _ := runLoad("baseline relay (no persistence)", cfg, relay.WSURL("/ws"), "", relay.Pid(), ag, w, false, func() { close(ag.stop) })
 	return r, nil
 }
 
@@ -505,13 +505,13 @@ func measurePlatform(cfg latencyConfig, bin, dialect, dsn string) (*loadResult, 
 	if err != nil {
 		return nil, err
 	}
-	defer p.kill()
+	defer p.Kill()
 	if err := registerAgent(p.URL, agentID, ag.URL); err != nil {
 		return nil, err
 	}
-	r, clients := runLoad("agentplane "+dialect, cfg, p.wsURL("/v1/ws"), p.URL, p.pid(), ag, w, true, p.kill)
+	r, clients := runLoad("agentplane "+dialect, cfg, p.WSURL("/v1/ws"), p.URL, p.Pid(), ag, w, true, p.Kill)
 	if len(r.startErrs) > 0 {
-		fmt.Fprintf(os.Stderr, "platform output:\n%s\n", p.tail())
+		fmt.Fprintf(os.Stderr, "platform output:\n%s\n", p.Tail())
 	}
 	r.durable = verifyDurable(dialect, dsn, clients)
 	return r, nil

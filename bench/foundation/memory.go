@@ -51,9 +51,9 @@ func memoryMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	b, err := measureIdle("bare gorilla/websocket echo server", echo, echo.wsURL("/ws"), "", *conns, *parallel, *settle, gcBase,
+	b, err := measureIdle("bare gorilla/websocket echo server", echo, echo.WSURL("/ws"), "", *conns, *parallel, *settle, gcBase,
 		map[string]any{"type": "hello", "user_id": userID, "api_key": userKey}, "")
-	echo.stop(10 * time.Second)
+	echo.Stop(10 * time.Second)
 	if err != nil {
 		return err
 	}
@@ -73,9 +73,9 @@ func memoryMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	r, err := measureIdle("agentplane ("+*storeKind+")", p, p.wsURL("/v1/ws"), p.URL, *conns, *parallel, *settle, gcPlat,
+	r, err := measureIdle("agentplane ("+*storeKind+")", p, p.WSURL("/v1/ws"), p.URL, *conns, *parallel, *settle, gcPlat,
 		map[string]any{"type": "hello", "user_id": userID, "api_key": userKey}, "ready")
-	p.stop(30 * time.Second)
+	p.Stop(30 * time.Second)
 	if err != nil {
 		return err
 	}
@@ -202,7 +202,7 @@ func measureIdle(name string, p *proc, wsURL, metricsURL string, n, parallel int
 	gc.mu.Unlock()
 	time.Sleep(2 * time.Second)
 	var err error
-	if res.rssBefore, err = procStatusKB(p.pid(), "VmRSS"); err != nil {
+	if res.rssBefore, err = procStatusKB(p.Pid(), "VmRSS"); err != nil {
 		return nil, err
 	}
 	dialer := websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024}
@@ -268,12 +268,12 @@ func measureIdle(name string, p *proc, wsURL, metricsURL string, n, parallel int
 	}()
 	res.opened = opened.Load()
 	if firstErr != nil {
-		return nil, fmt.Errorf("%s: %d of %d connections opened; first error: %w\n%s", name, res.opened, n, firstErr, p.tail())
+		return nil, fmt.Errorf("%s: %d of %d connections opened; first error: %w\n%s", name, res.opened, n, firstErr, p.Tail())
 	}
 	deadline := time.Now().Add(settle)
 	for time.Now().Before(deadline) {
 		time.Sleep(time.Second)
-		rss, err := procStatusKB(p.pid(), "VmRSS")
+		rss, err := procStatusKB(p.Pid(), "VmRSS")
 		if err != nil {
 			return nil, err
 		}

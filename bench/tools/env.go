@@ -320,7 +320,7 @@ func startPlatformEnv(o platformOptions) (_ *platform, err error) {
 	// The user's client: one WebSocket, one agent_invoke per run (each a
 	// new session); it reads and discards everything the platform sends.
 	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
-	if e.ws, _, err = d.Dial(e.p.wsURL("/v1/ws"), nil); err != nil {
+	if e.ws, _, err = d.Dial(e.p.WSURL("/v1/ws"), nil); err != nil {
 		return nil, fmt.Errorf("client websocket: %w", err)
 	}
 	e.ws.WriteJSON(map[string]any{"type": "hello", "user_id": userID, "api_key": userKey})
@@ -351,7 +351,7 @@ func startPlatformEnv(o platformOptions) (_ *platform, err error) {
 		case id := <-e.agent.runs:
 			e.runIDs = append(e.runIDs, id)
 		case <-timeout:
-			return nil, fmt.Errorf("only %d of %d runs reached the agent in 60 s:\n%s", len(e.runIDs), o.runs, e.p.tail())
+			return nil, fmt.Errorf("only %d of %d runs reached the agent in 60 s:\n%s", len(e.runIDs), o.runs, e.p.Tail())
 		}
 	}
 	return e, nil
@@ -439,7 +439,7 @@ func (e *platform) close() {
 		e.ws.Close()
 	}
 	if e.p != nil {
-		e.p.stop(30 * time.Second)
+		e.p.Stop(30 * time.Second)
 	}
 	if e.agent != nil {
 		e.agent.close()

@@ -203,7 +203,7 @@ func measureOverhead(e *platform, round, n, conc, concN, warm int) ([]*phaseResu
 	calls0 := e.tools.calls.Load()
 	var out []*phaseResult
 	seq := func(name string, fn func(string, int) time.Duration) ([]time.Duration, cpuUse) {
-		m := startCPU(e.p.pid())
+		m := startCPU(e.p.Pid())
 		lat := make([]time.Duration, 0, n)
 		for i := range n {
 			lat = append(lat, fn(e.runIDs[0], i))
@@ -211,7 +211,7 @@ func measureOverhead(e *platform, round, n, conc, concN, warm int) ([]*phaseResu
 		return lat, m.stop()
 	}
 	par := func(name string, fn func(string, int) time.Duration) ([]time.Duration, cpuUse) {
-		m := startCPU(e.p.pid())
+		m := startCPU(e.p.Pid())
 		var mu sync.Mutex
 		lat := make([]time.Duration, 0, concN)
 		var next atomic.Int64
@@ -260,7 +260,7 @@ func measureOverhead(e *platform, round, n, conc, concN, warm int) ([]*phaseResu
 		out = append(out, r)
 	}
 	if f := failures.Load(); f > 0 {
-		return nil, fmt.Errorf("%d calls failed; first: %v\n%s", f, firstErr.Load(), e.p.tail())
+		return nil, fmt.Errorf("%d calls failed; first: %v\n%s", f, firstErr.Load(), e.p.Tail())
 	}
 	// Every call reached the tool exactly once: the direct ones and the invokes.
 	want := int64(2 * (n + concN))

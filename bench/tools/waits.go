@@ -244,7 +244,7 @@ func measureWaits(cfg waitsConfig) (*waitsResult, error) {
 	res.createTime = time.Since(began)
 	e.http.CloseIdleConnections()
 	time.Sleep(5 * time.Second)
-	pid := e.p.pid()
+	pid := e.p.Pid()
 	if res.rss0, err = procStatusKB(pid, "VmRSS"); err != nil {
 		return nil, err
 	}

@@ -57,8 +57,8 @@ func wakeupMain(args []string) error {
 		if err != nil {
 			return err
 		}
-		r, err := measureBareWakeup(bare.URL, bare.pid(), *k, *batches, *gap)
-		bare.stop(5 * time.Second)
+		r, err := measureBareWakeup(bare.URL, bare.Pid(), *k, *batches, *gap)
+		bare.Stop(5 * time.Second)
 		if err != nil {
 			return fmt.Errorf("bare server: %w", err)
 		}
@@ -197,7 +197,7 @@ func measureWakeup(e *platform, decision string, k, perRun, batches int, gap tim
 			res.parked = parked
 		}
 		if b == 0 {
-			cpu = startCPU(e.p.pid())
+			cpu = startCPU(e.p.Pid())
 			calls0 = e.tools.calls.Load()
 		}
 		var scans0 int64
