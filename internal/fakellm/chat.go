@@ -18,9 +18,23 @@ type chatRequest struct {
 	Tools []struct {
 		Type     string `json:"type"`
 		Function struct {
-			Name string `json:"name"`
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
 		} `json:"function"`
 	} `json:"tools"`
+	ToolChoice json.RawMessage `json:"tool_choice"`
+}
+
+// functions are the function tools the request offers.
+func (r *chatRequest) functions() []toolSpec {
+	var out []toolSpec
+	for _, t := range r.Tools {
+		if (t.Type == "function" || t.Type == "") && t.Function.Name != "" {
+			out = append(out, toolSpec{Name: t.Function.Name, Description: t.Function.Description, Parameters: t.Function.Parameters})
+		}
+	}
+	return out
 }
 
 // The wire types below keep OpenAI's field order, so the bytes look like the
@@ -142,11 +156,13 @@ func planChat(req *chatRequest) chatPlan {
 	switch {
 	case lastRole == "tool":
 		p.text = ToolReply(lastTool)
-	case len(req.Tools) > 0 && req.Tools[0].Function.Name != "":
-		p.toolName = req.Tools[0].Function.Name
-		p.toolArgs = ToolArguments(lastUser)
 	default:
-		p.text = Reply(lastUser)
+		if t := chooseTool(req.functions(), parseToolChoice(req.ToolChoice), lastUser); t != nil {
+			p.toolName = t.Name
+			p.toolArgs = toolArguments(t, lastUser)
+		} else {
+			p.text = Reply(lastUser)
+		}
 	}
 	if p.toolName != "" {
 		p.usage = usageFor(promptWords, len(argPieces(p.toolArgs)))

@@ -2,7 +2,57 @@
 // wire format: Chat Completions (JSON and SSE, the usage chunk when
 // stream_options.include_usage is set, tool calls when the request has
 // tools), the Responses API (JSON and SSE), Embeddings and Models. Its
-// answers are deterministic: the text is derived from the last user message.
+// answers are deterministic, derived from the request alone.
+//
+// # What it answers
+//
+//   - The last message is a tool result (role "tool", or a Responses
+//     "function_call_output"): text, ToolReply of that result.
+//   - The request offers function tools and one is chosen (below): a call of
+//     that one function — finish_reason "tool_calls", the arguments streamed
+//     in small fragments as real models do.
+//   - Otherwise: text, Reply of the last user message ("You said: …").
+//
+// # Which tool (function calling)
+//
+// The fake picks among the tools of the request by keyword matching, never
+// by a tool's name alone. The last user message and each tool are cut into
+// lower-case words (runs of letters and digits; camelCase split); words
+// shorter than three letters, numbers and a short list of stop words ("the",
+// "what", "please", "call" …) are dropped. A tool's words are those of its
+// function name — only the part after the last "." or "__", so
+// "demo__weather" gives "weather" — and of its description. A message word
+// matches a tool word when they are equal, or when one starts with the other
+// and the shorter has four letters or more ("look" matches "lookup", "send"
+// matches "sending"). A tool scores 2 for each distinct message word matching
+// its name and 1 for each matching its description. The highest score wins;
+// on a tie the tool whose first match comes earlier in the message, then the
+// earlier tool in the request. No tool scoring above 0 means a text answer.
+// tool_choice is honoured: "none" never calls, a named function is always
+// called, "required" calls the first tool when none matched.
+//
+// # Which arguments
+//
+// The arguments follow the chosen tool's JSON Schema "properties", in their
+// order (a schema without "properties" gets {"input": <message>}, see
+// ToolArguments):
+//
+//   - enum: the first value the message names as a word;
+//   - number or integer: the next number in the message ("1,000.50" reads
+//     as 1000.5);
+//   - string named input, query, q, message, text, prompt, question,
+//     content, request, instruction(s) or task: the whole message;
+//   - other strings: the phrase after the parameter's own name ("to Bob" for
+//     "to", "city Paris" for "city"), else the phrase after the first unused
+//     "in", "at", "for", "near", "from", "to" or "of" ("weather in New
+//     York" → "New York"). A phrase is at most four words starting with a
+//     letter and ends at punctuation, a digit or a word such as "today",
+//     "please", "and" or a preposition.
+//
+// A parameter the message does not give takes the schema's "default"; a
+// required one without a default takes the whole message (string), the
+// first enum value, false, [] or {} — a required number is left out, so the
+// call is refused as one with a real model's bad guess would be.
 //
 // It serves three masters: the LLM proxy's tests (faults can be scripted:
 // error answers, a slow first byte, a stall or a dropped connection

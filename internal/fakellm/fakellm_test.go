@@ -13,6 +13,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/agentplane/agentplane/internal/fakellm"
 )
@@ -186,4 +187,142 @@ func TestAPIKeyRequired(t *testing.T) {
 		t.Errorf("wrong key: %d", resp.StatusCode)
 	}
 	resp.Body.Close()
+}
+
+// demoLikeTools are offered the way an agent passes GET /v1/tools to a
+// model: several functions, of which the fake must pick by their words.
+func demoLikeTools() []openai.ChatCompletionToolUnionParam {
+	fn := func(name, desc string, params map[string]any) openai.ChatCompletionToolUnionParam {
+		return openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{Name: name, Description: openai.String(desc), Parameters: params})
+	}
+	return []openai.ChatCompletionToolUnionParam{
+		fn("client__now", "The user's local time and time zone, read from their browser's clock.", map[string]any{"type": "object", "properties": map[string]any{}}),
+		fn("demo__transfer", "Send money to someone. Amounts over 100 need a human's approval.", map[string]any{"type": "object",
+			"properties": map[string]any{"amount": map[string]any{"type": "number"}, "to": map[string]any{"type": "string"}}, "required": []string{"amount", "to"}}),
+		fn("demo__weather", "Current weather for a city.", map[string]any{"type": "object",
+			"properties": map[string]any{"city": map[string]any{"type": "string"}}, "required": []string{"city"}}),
+	}
+}
+
+// TestToolCallRoundTripWithOpenAISDK is the function-calling loop an agent
+// runs: the model picks a tool from the user's words, the agent sends the
+// tool's result back as a tool message, the model answers with text.
+func TestToolCallRoundTripWithOpenAISDK(t *testing.T) {
+	r, client := start(t, fakellm.Options{Capture: true})
+	ctx := context.Background()
+	for _, tt := range []struct {
+		prompt, function, args string
+	}{
+		{"What's the weather in Paris?", "demo__weather", `{"city":"Paris"}`},
+		{"What time is it?", "client__now", `{}`},
+		{"Send 250 to Bob", "demo__transfer", `{"amount":250,"to":"Bob"}`},
+	} {
+		for _, streaming := range []bool{false, true} {
+			params := openai.ChatCompletionNewParams{Model: "demo-llm", Tools: demoLikeTools(),
+				Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("be brief"), openai.UserMessage(tt.prompt)}}
+			var msg openai.ChatCompletionMessage
+			var finish string
+			if streaming {
+				params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+				stream := client.Chat.Completions.NewStreaming(ctx, params)
+				var acc openai.ChatCompletionAccumulator
+				argChunks := 0
+				for stream.Next() {
+					c := stream.Current()
+					acc.AddChunk(c)
+					if len(c.Choices) > 0 && len(c.Choices[0].Delta.ToolCalls) > 0 && c.Choices[0].Delta.ToolCalls[0].Function.Name == "" {
+						argChunks++
+					}
+				}
+				if err := stream.Err(); err != nil {
+					t.Fatal(err)
+				}
+				if argChunks == 0 {
+					t.Errorf("%q: the arguments did not come as delta chunks", tt.prompt)
+				}
+				if acc.Usage.TotalTokens == 0 {
+					t.Errorf("%q: no usage chunk", tt.prompt)
+				}
+				msg, finish = acc.Choices[0].Message, acc.Choices[0].FinishReason
+			} else {
+				cc, err := client.Chat.Completions.New(ctx, params)
+				if err != nil {
+					t.Fatal(err)
+				}
+				msg, finish = cc.Choices[0].Message, cc.Choices[0].FinishReason
+				if !strings.Contains(cc.RawJSON(), `"content":null`) {
+					t.Errorf("a tool-call message has content null in OpenAI's format: %s", cc.RawJSON())
+				}
+			}
+			if finish != "tool_calls" || len(msg.ToolCalls) != 1 {
+				t.Fatalf("%q (stream %v): finish %q, tool calls %+v", tt.prompt, streaming, finish, msg.ToolCalls)
+			}
+			call := msg.ToolCalls[0]
+			if call.Function.Name != tt.function || call.Function.Arguments != tt.args || !strings.HasPrefix(call.ID, "call_") || call.Type != "function" {
+				t.Fatalf("%q (stream %v): called %+v, want %s(%s)", tt.prompt, streaming, call, tt.function, tt.args)
+			}
+
+			// The tool's result goes back; the model answers with text.
+			params.Messages = append(params.Messages, msg.ToParam(), openai.ToolMessage(`{"ok":true,"n":1}`, call.ID))
+			var answer string
+			if streaming {
+				stream := client.Chat.Completions.NewStreaming(ctx, params)
+				var acc openai.ChatCompletionAccumulator
+				for stream.Next() {
+					acc.AddChunk(stream.Current())
+				}
+				if err := stream.Err(); err != nil {
+					t.Fatal(err)
+				}
+				answer, finish = acc.Choices[0].Message.Content, acc.Choices[0].FinishReason
+			} else {
+				cc, err := client.Chat.Completions.New(ctx, params)
+				if err != nil {
+					t.Fatal(err)
+				}
+				answer, finish = cc.Choices[0].Message.Content, cc.Choices[0].FinishReason
+			}
+			if answer != "Tool result: ok: true, n: 1" || finish != "stop" {
+				t.Errorf("%q (stream %v): after the tool result: %q, finish %q", tt.prompt, streaming, answer, finish)
+			}
+		}
+	}
+	// What went upstream on the second turn is OpenAI's shape: an assistant
+	// message with tool_calls, then the tool message naming the call.
+	reqs := r.Requests()
+	last := string(reqs[len(reqs)-1].Body)
+	if !strings.Contains(last, `"tool_calls":[{"id":"call_`) || !strings.Contains(last, `"role":"tool"`) {
+		t.Errorf("second-turn request: %s", last)
+	}
+
+	// A message no tool's words match is answered with text, tools or not.
+	cc, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "demo-llm", Tools: demoLikeTools(),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello there")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc.Choices[0].FinishReason != "stop" || cc.Choices[0].Message.Content != "You said: hello there" {
+		t.Errorf("no tool matches: %s", cc.RawJSON())
+	}
+}
+
+// The Responses API picks tools by the same rule.
+func TestResponsesFunctionCallPicksByWords(t *testing.T) {
+	_, client := start(t, fakellm.Options{})
+	params := map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}}
+	resp, err := client.Responses.New(context.Background(), responses.ResponseNewParams{
+		Model: "demo-llm",
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("weather in Oslo please")},
+		Tools: []responses.ToolUnionParam{
+			responses.ToolParamOfFunction("send_money", map[string]any{"type": "object"}, false),
+			responses.ToolParamOfFunction("get_weather", params, false),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := resp.Output[0].AsFunctionCall()
+	if fc.Name != "get_weather" || fc.Arguments != `{"city":"Oslo"}` {
+		t.Errorf("function call = %s", resp.Output[0].RawJSON())
+	}
 }

@@ -11,9 +11,23 @@ type responsesRequest struct {
 	Instructions *string         `json:"instructions"`
 	Stream       bool            `json:"stream"`
 	Tools        []struct {
-		Type string `json:"type"`
-		Name string `json:"name"`
+		Type        string          `json:"type"`
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
 	} `json:"tools"`
+	ToolChoice json.RawMessage `json:"tool_choice"`
+}
+
+// functions are the function tools the request offers.
+func (r *responsesRequest) functions() []toolSpec {
+	var out []toolSpec
+	for _, t := range r.Tools {
+		if t.Type == "function" && t.Name != "" {
+			out = append(out, toolSpec{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+		}
+	}
+	return out
 }
 
 type respUsage struct {
@@ -113,11 +127,13 @@ func planResponses(req *responsesRequest) chatPlan {
 	switch {
 	case lastKind == "tool":
 		p.text = ToolReply(lastTool)
-	case len(req.Tools) > 0 && req.Tools[0].Type == "function" && req.Tools[0].Name != "":
-		p.toolName = req.Tools[0].Name
-		p.toolArgs = ToolArguments(lastUser)
 	default:
-		p.text = Reply(lastUser)
+		if t := chooseTool(req.functions(), parseToolChoice(req.ToolChoice), lastUser); t != nil {
+			p.toolName = t.Name
+			p.toolArgs = toolArguments(t, lastUser)
+		} else {
+			p.text = Reply(lastUser)
+		}
 	}
 	if p.toolName != "" {
 		p.usage = usageFor(promptWords, len(argPieces(p.toolArgs)))

@@ -13,11 +13,66 @@ func Reply(lastUser string) string {
 	return "You said: " + lastUser
 }
 
-// ToolReply is the assistant text the fake answers to a tool result.
-func ToolReply(toolOutput string) string { return "Tool result: " + toolOutput }
+// ToolReply is the assistant text the fake answers to a tool result:
+// "Tool result: " and the output — a JSON object's fields spelled out as
+// "key: value" pairs (nested ones as "outer.inner: value"), so the answer
+// reads as a sentence; any other output verbatim.
+func ToolReply(toolOutput string) string { return "Tool result: " + spellOut(toolOutput) }
 
-// ToolArguments are the arguments of the tool call the fake makes when the
-// request offers tools.
+// spellOut turns a JSON object into "a: 1, b.c: x"; anything else is returned as is.
+func spellOut(s string) string {
+	t := strings.TrimSpace(s)
+	if !strings.HasPrefix(t, "{") {
+		return s
+	}
+	dec := json.NewDecoder(strings.NewReader(t))
+	dec.UseNumber()
+	var parts []string
+	if !spellObject(dec, "", &parts) || dec.More() || len(parts) == 0 {
+		return s
+	}
+	return strings.Join(parts, ", ")
+}
+
+// spellObject reads one object from dec (its '{' not yet read) into parts,
+// keeping the order of its keys.
+func spellObject(dec *json.Decoder, prefix string, parts *[]string) bool {
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return false
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		key, _ := tok.(string)
+		var raw json.RawMessage
+		if dec.Decode(&raw) != nil {
+			return false
+		}
+		name := prefix + key
+		v := strings.TrimSpace(string(raw))
+		switch {
+		case strings.HasPrefix(v, "{"):
+			sub := json.NewDecoder(strings.NewReader(v))
+			sub.UseNumber()
+			if !spellObject(sub, name+".", parts) {
+				return false
+			}
+		case strings.HasPrefix(v, `"`):
+			var str string
+			_ = json.Unmarshal(raw, &str)
+			*parts = append(*parts, name+": "+str)
+		default:
+			*parts = append(*parts, name+": "+v)
+		}
+	}
+	_, err := dec.Token() // '}'
+	return err == nil
+}
+
+// ToolArguments are the arguments of a call of a tool whose parameters
+// declare no properties: the whole user message as "input".
 func ToolArguments(lastUser string) string {
 	b, _ := json.Marshal(map[string]string{"input": lastUser})
 	return string(b)

@@ -2,7 +2,8 @@
 //
 // The proxy must be running in front of agentplane's fake upstream
 // (internal/fakellm), which answers "You said: <last user message>" and, when
-// the request offers tools, calls the first one with {"input": <message>}.
+// the request offers tools, calls the one whose words the message names
+// (get_weather for "weather in …"), its "input" parameter set to the message.
 // internal/llmproxy/interop_test.go starts both and runs this file; by hand:
 //
 //   AGENTPLANE_BASE_URL=http://127.0.0.1:8080/v1 AGENTPLANE_AGENT_KEY=… \
