@@ -76,18 +76,30 @@ type ToolCallError struct {
 	Detail  json.RawMessage `json:"detail,omitempty"`
 }
 
-// ToolError is a tool call that ended failed: the platform answered, and the
-// call is over. Code is the platform's error code: the lower-case state
-// ("rejected", "blocked", "timeout", "expired", "cancelled") or, for FAILED,
-// the cause ("client_offline", "tool_http_error", "tool_unreachable",
-// "tool_protocol_error", "tool_error", "failed"). Find it with errors.As.
+// ToolError is every failure of a tool call: the platform refused the call
+// (a 4xx answer to the invoke or to a :wait) or the call ended failed. Code
+// is the platform's error code:
+//
+//   - refused: the answer's code — "invalid_args" (the arguments do not
+//     match the tool's schema), "tool_not_found", "forbidden",
+//     "run_not_active" …; Status is the HTTP status and errors.As also finds
+//     the *APIError;
+//   - ended failed: the lower-case state ("rejected", "blocked", "timeout",
+//     "expired", "cancelled") or, for FAILED, the cause ("client_offline",
+//     "tool_http_error", "tool_unreachable", "tool_protocol_error",
+//     "tool_error", "failed"); Status is 0.
+//
+// Find it with errors.As. What is not a ToolError: a platform that stays
+// unreachable or answers 5xx through every retry (the call may still be
+// running), and ctx ending.
 //
 // A handler that returns a *ToolError (wrapped or not) ends its run with
 // `event: error {code: Code}`, so an unhandled rejection reads as one.
 type ToolError struct {
 	ToolName   string
 	ToolCallID string
-	// State is the call's final raw state, e.g. "REJECTED".
+	// State is the call's final raw state, e.g. "REJECTED" ("" when the
+	// platform refused the call).
 	State   string
 	Code    string
 	Message string
@@ -95,6 +107,19 @@ type ToolError struct {
 	Detail json.RawMessage
 	// ApprovalID is the approval the call went through, if any.
 	ApprovalID string
+	// Status is the HTTP status of a refusal, 0 for a call that ended failed.
+	Status int
+
+	api *APIError
+}
+
+// Unwrap gives the *APIError of a refusal, so code that checks for an
+// *APIError keeps working.
+func (e *ToolError) Unwrap() error {
+	if e.api == nil {
+		return nil
+	}
+	return e.api
 }
 
 func (e *ToolError) Error() string {
@@ -201,9 +226,12 @@ type invokeToolBody struct {
 // random ToolWaitPauseMin–ToolWaitPauseMax between rounds. Each request is
 // retried, with the same idempotency key, on connection errors and
 // 502/503/504 (at most ToolMaxAttempts sends, with backoff); a 4xx answer is
-// returned at once as an *APIError.
+// not retried.
 //
-// A call that ends failed is returned as a *ToolError. ctx bounds the whole
+// Every failure of the call is a *ToolError: a 4xx refusal (invalid_args,
+// tool_not_found …; it wraps the *APIError) and a call that ended failed
+// (rejected, timeout …). A platform still unreachable or answering 5xx
+// after the retries gives an *APIError or a transport error. ctx bounds the whole
 // call: when it ends, InvokeTool returns an error wrapping ctx.Err() that
 // names the tool call, which keeps going on the platform (read it later with
 // ToolCall).
@@ -230,6 +258,9 @@ func (c *Client) InvokeTool(ctx context.Context, name string, args any, opts ...
 	}
 	var tc ToolCall
 	if err := c.retrying(ctx, o, http.MethodPost, "/v1/tools/"+url.PathEscape(name)+":invoke", nil, body, &tc); err != nil {
+		if te := refused(name, "", err); te != nil {
+			return nil, te
+		}
 		return nil, fmt.Errorf("agentplane: invoke tool %s: %w", name, err)
 	}
 	if tc.Status == ToolStatusPending && o.onPending != nil {
@@ -243,6 +274,9 @@ func (c *Client) InvokeTool(ctx context.Context, name string, args any, opts ...
 		tc = ToolCall{}
 		q := url.Values{"timeout_ms": {strconv.FormatInt(waitMS(ctx, o.waitTimeout), 10)}}
 		if err := c.retrying(ctx, o, http.MethodPost, "/v1/tool_calls/"+url.PathEscape(id)+":wait", q, nil, &tc); err != nil {
+			if te := refused(name, id, err); te != nil {
+				return nil, te
+			}
 			return nil, fmt.Errorf("agentplane: tool %s: wait for call %s (%s): %w", name, id, state, err)
 		}
 		if tc.Status != ToolStatusPending {
@@ -284,6 +318,16 @@ func (c *Client) ToolCall(ctx context.Context, toolCallID string) (*ToolCall, er
 		return nil, err
 	}
 	return &tc, nil
+}
+
+// refused turns a 4xx answer about a tool call into its *ToolError; other
+// errors give nil.
+func refused(name, toolCallID string, err error) *ToolError {
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Status < 400 || ae.Status > 499 {
+		return nil
+	}
+	return &ToolError{ToolName: name, ToolCallID: toolCallID, Code: ae.Code, Message: ae.Message, Status: ae.Status, api: ae}
 }
 
 func toolError(name string, tc *ToolCall) *ToolError {

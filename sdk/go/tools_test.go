@@ -247,6 +247,9 @@ func TestInvokeToolRetriesAreBounded(t *testing.T) {
 	}
 }
 
+// TestInvokeToolNoRetryOn4xx: a refusal comes back at once, as a
+// *ToolError (issue 8 item 18: invalid_args and tool_not_found were bare
+// *APIErrors, which code catching ToolError missed).
 func TestInvokeToolNoRetryOn4xx(t *testing.T) {
 	for _, tt := range []struct {
 		status int
@@ -255,6 +258,12 @@ func TestInvokeToolNoRetryOn4xx(t *testing.T) {
 		t.Run(tt.code, func(t *testing.T) {
 			fp := newFakePlatform(t, map[string]func(recorded) reply{invokePath: script(errReply(tt.status, tt.code))})
 			_, err := boundClient(fp).InvokeTool(context.Background(), "demo.weather", map[string]any{}, fast)
+			// One hierarchy: a refused call is a *ToolError with the
+			// platform's code, and still an *APIError underneath.
+			var te *agentplane.ToolError
+			if !errors.As(err, &te) || te.Code != tt.code || te.Status != tt.status || te.ToolName != "demo.weather" {
+				t.Fatalf("err = %v (%T), want a ToolError %d %s", err, err, tt.status, tt.code)
+			}
 			var ae *agentplane.APIError
 			if !errors.As(err, &ae) || ae.Status != tt.status || ae.Code != tt.code {
 				t.Fatalf("err = %v, want APIError %d %s", err, tt.status, tt.code)
@@ -270,8 +279,8 @@ func TestInvokeToolNoRetryOn4xx(t *testing.T) {
 			waitPath:   script(errReply(404, "not_found")),
 		})
 		_, err := boundClient(fp).InvokeTool(context.Background(), "demo.weather", map[string]any{}, fast)
-		var ae *agentplane.APIError
-		if !errors.As(err, &ae) || ae.Status != 404 {
+		var te *agentplane.ToolError
+		if !errors.As(err, &te) || te.Status != 404 || te.Code != "not_found" || te.ToolCallID != "tc_1" {
 			t.Fatalf("err = %v", err)
 		}
 		if n := len(fp.requestsTo(waitPath)); n != 1 {
