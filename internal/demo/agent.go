@@ -1,11 +1,13 @@
 // Package demo is what `serve --demo` starts: a real HTTP agent on its own
 // loopback port, built with the Go SDK and registered through the normal
-// API, and the tools it calls (tools.go). It routes each message by its
-// words (route.go): weather questions call the server tool demo.weather,
-// "time" the browser's client tool client.now, "send 250 to Bob" the server
-// tool demo.transfer (approval above 100); anything else is answered
-// through the platform's LLM proxy — the built-in fake upstream by default,
-// a real model when AGENTPLANE_LLM_BASE_URL is set.
+// API, and the tools it calls (tools.go). Every message goes to a model
+// through the platform's LLM proxy with the run's tools offered for
+// function calling — the built-in fake upstream by default (which picks a
+// tool by the words of the message: see internal/fakellm), a real model
+// when AGENTPLANE_LLM_BASE_URL is set. The tool the model picks is invoked
+// through the platform's tool API: the server tool demo.weather, the
+// browser's client tool client.now, or the server tool demo.transfer, which
+// asks a human for approval above 100.
 package demo
 
 import (
@@ -17,6 +19,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/agentplane/agentplane/internal/agent"
@@ -75,30 +78,95 @@ func (a *Agent) Stop(ctx context.Context) error {
 	return errors.Join(a.srv.Shutdown(ctx), a.toolsSrv.Shutdown(ctx))
 }
 
-// reply routes the message to a tool, or to the model.
+// reply answers one message with the OpenAI function-calling loop, every
+// step through the platform: the run's tools (GET /v1/tools?run_id=) are
+// offered to the model through the LLM proxy; each call the model makes is
+// invoked through the tool API (waiting through approvals and the
+// browser's client tools) and its result sent back as a "tool" message;
+// the model's final answer is streamed to the user as it comes.
 func (a *Agent) reply(ctx context.Context, req *agentplane.Request, s agentplane.Stream) error {
-	if rt := routeMessage(req.InputMessage.Content); rt.Tool != "" && req.Client() != nil {
-		return callTool(ctx, req.Client(), s, rt)
+	c := req.Client()
+	if c == nil {
+		return &agentplane.Error{Code: "not_configured", Message: "the demo agent has no platform client"}
 	}
-	return a.replyLLM(ctx, req, s)
+	tools, err := c.Tools().List(ctx)
+	if err != nil {
+		return &agentplane.Error{Code: "tools_unavailable", Message: err.Error()}
+	}
+	msgs := []chatMessage{{Role: "system", Content: ptr(systemPrompt)}}
+	for _, m := range req.Messages {
+		msgs = append(msgs, chatMessage{Role: m.Role, Content: ptr(m.Content)})
+	}
+	var usage usageTotal
+	defer func() { s.SetUsage(usage.value()) }()
+	for round := 0; ; round++ {
+		offered := tools
+		if round == maxToolRounds {
+			offered = nil // enough tools: the model must answer now
+		}
+		if err := s.State("thinking", map[string]any{"model": a.model, "via": "agentplane LLM proxy"}); err != nil {
+			return err
+		}
+		answer, err := a.complete(ctx, req, msgs, offered, s, &usage)
+		if err != nil {
+			return err
+		}
+		if len(answer.ToolCalls) == 0 {
+			return nil
+		}
+		msgs = append(msgs, answer)
+		for _, call := range answer.ToolCalls {
+			out, err := callTool(ctx, c, s, call)
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, chatMessage{Role: "tool", ToolCallID: call.ID, Content: ptr(out)})
+		}
+	}
 }
 
-const systemPrompt = "You are the agentplane demo agent. Answer briefly and kindly."
+// maxToolRounds bounds the tool calls of one answer: a model that keeps
+// calling tools is asked for its answer without them.
+const maxToolRounds = 4
 
-// replyLLM streams the model's answer: a state event, then each token the
-// proxy relays, as a delta.
-func (a *Agent) replyLLM(ctx context.Context, req *agentplane.Request, s agentplane.Stream) error {
-	if err := s.State("thinking", map[string]any{"model": a.model, "via": "agentplane LLM proxy"}); err != nil {
-		return err
+const systemPrompt = "You are the agentplane demo agent. Answer briefly and kindly. Use the tools you are given for weather, the user's time and money transfers."
+
+// chatMessage is a Chat Completions message as sent and as rebuilt from a
+// stream.
+type chatMessage struct {
+	Role       string     `json:"role"`
+	Content    *string    `json:"content"`
+	ToolCalls  []toolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+}
+
+type toolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+func ptr(s string) *string { return &s }
+
+// complete streams one chat completion: its text goes to the user as
+// deltas as it arrives, its tool calls are assembled from their fragments.
+// It returns the assistant message.
+func (a *Agent) complete(ctx context.Context, req *agentplane.Request, msgs []chatMessage, tools []agentplane.FunctionTool, s agentplane.Stream, usage *usageTotal) (chatMessage, error) {
+	answer := chatMessage{Role: "assistant"}
+	body := map[string]any{"model": a.model, "stream": true, "messages": msgs, "stream_options": map[string]bool{"include_usage": true}}
+	if len(tools) > 0 {
+		body["tools"] = tools
 	}
-	msgs := []map[string]string{{"role": "system", "content": systemPrompt}}
-	for _, m := range req.Messages {
-		msgs = append(msgs, map[string]string{"role": m.Role, "content": m.Content})
-	}
-	body, _ := json.Marshal(map[string]any{"model": a.model, "stream": true, "messages": msgs, "stream_options": map[string]bool{"include_usage": true}})
-	hreq, err := http.NewRequestWithContext(ctx, "POST", req.OpenAIBaseURL()+"/chat/completions", bytes.NewReader(body))
+	b, err := json.Marshal(body)
 	if err != nil {
-		return err
+		return answer, err
+	}
+	hreq, err := http.NewRequestWithContext(ctx, "POST", req.OpenAIBaseURL()+"/chat/completions", bytes.NewReader(b))
+	if err != nil {
+		return answer, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Authorization", "Bearer "+req.OpenAIAPIKey())
@@ -107,43 +175,98 @@ func (a *Agent) replyLLM(ctx context.Context, req *agentplane.Request, s agentpl
 	}
 	resp, err := http.DefaultClient.Do(hreq)
 	if err != nil {
-		return &agentplane.Error{Code: "llm_unreachable", Message: err.Error()}
+		return answer, &agentplane.Error{Code: "llm_unreachable", Message: err.Error()}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return &agentplane.Error{Code: "llm_error", Message: fmt.Sprintf("LLM proxy answered %d: %s", resp.StatusCode, b)}
+		return answer, &agentplane.Error{Code: "llm_error", Message: fmt.Sprintf("LLM proxy answered %d: %s", resp.StatusCode, b)}
 	}
+	var text strings.Builder
 	rd := agent.NewSSEReader(resp.Body, 0)
 	for {
 		ev, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
+		if errors.Is(err, io.EOF) || (err == nil && ev.Data == "[DONE]") {
+			break
 		}
 		if err != nil {
-			return &agentplane.Error{Code: "llm_error", Message: err.Error()}
-		}
-		if ev.Data == "[DONE]" {
-			return nil
+			return answer, &agentplane.Error{Code: "llm_error", Message: err.Error()}
 		}
 		var chunk struct {
 			Choices []struct {
 				Delta struct {
-					Content string `json:"content"`
+					Content   string `json:"content"`
+					ToolCalls []struct {
+						Index    int    `json:"index"`
+						ID       string `json:"id"`
+						Type     string `json:"type"`
+						Function struct {
+							Name      string `json:"name"`
+							Arguments string `json:"arguments"`
+						} `json:"function"`
+					} `json:"tool_calls"`
 				} `json:"delta"`
 			} `json:"choices"`
-			Usage json.RawMessage `json:"usage"`
+			Usage *chunkUsage `json:"usage"`
 		}
 		if json.Unmarshal([]byte(ev.Data), &chunk) != nil {
 			continue
 		}
-		if len(chunk.Usage) > 0 && string(chunk.Usage) != "null" {
-			s.SetUsage(chunk.Usage)
+		if chunk.Usage != nil {
+			usage.add(chunk.Usage)
 		}
 		for _, c := range chunk.Choices {
-			if err := s.Delta(c.Delta.Content); err != nil {
-				return err
+			if c.Delta.Content != "" {
+				text.WriteString(c.Delta.Content)
+				if err := s.Delta(c.Delta.Content); err != nil {
+					return answer, err
+				}
+			}
+			for _, f := range c.Delta.ToolCalls {
+				for len(answer.ToolCalls) <= f.Index {
+					answer.ToolCalls = append(answer.ToolCalls, toolCall{Type: "function"})
+				}
+				tc := &answer.ToolCalls[f.Index]
+				if f.ID != "" {
+					tc.ID = f.ID
+				}
+				if f.Type != "" {
+					tc.Type = f.Type
+				}
+				tc.Function.Name += f.Function.Name
+				tc.Function.Arguments += f.Function.Arguments
 			}
 		}
 	}
+	if text.Len() > 0 || len(answer.ToolCalls) == 0 {
+		answer.Content = ptr(text.String())
+	}
+	return answer, nil
+}
+
+// chunkUsage is the usage object of the stream's last chunk.
+type chunkUsage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+// usageTotal adds up the usage of an answer's model calls for done.usage.
+type usageTotal struct {
+	calls                                 int
+	promptTokens, completionTokens, total int64
+}
+
+func (u *usageTotal) add(c *chunkUsage) {
+	u.calls++
+	u.promptTokens += c.PromptTokens
+	u.completionTokens += c.CompletionTokens
+	u.total += c.TotalTokens
+}
+
+func (u *usageTotal) value() any {
+	if u.calls == 0 {
+		return nil
+	}
+	return map[string]any{"llm_calls": u.calls, "prompt_tokens": u.promptTokens, "completion_tokens": u.completionTokens, "total_tokens": u.total}
 }

@@ -14,16 +14,22 @@ import (
 	"testing"
 
 	"github.com/agentplane/agentplane/internal/agent"
+	"github.com/agentplane/agentplane/internal/fakellm"
+	"github.com/agentplane/agentplane/internal/tool"
 )
 
 // fakePlatform speaks the agent-facing side of the tool-call contract and
-// the LLM proxy, just enough to drive the demo agent: server tools are
-// really POSTed to the demo's tool listener; transfers over 100 wait for an
-// approval that the test decides; client.now answers what clientNow says.
+// the LLM proxy, just enough to drive the demo agent: GET /v1/tools lists
+// the demo's tools as the platform does; chat completions are answered by
+// the real fake upstream (internal/fakellm); server tools are really POSTed
+// to the demo's tool listener; transfers over 100 wait for an approval that
+// the test decides; client.now answers what clientNow says.
 type fakePlatform struct {
 	toolsURL  string
 	approve   bool
 	clientNow func() (status string, body map[string]any)
+	llm       *fakellm.Server // the model behind the "proxy"
+	chat      http.Handler    // answers chat completions instead of llm, if set
 
 	mu    sync.Mutex
 	calls map[string]string // tool_call_id → tool name
@@ -37,11 +43,28 @@ func (p *fakePlatform) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
+	case r.URL.Path == "/v1/chat/completions" && p.chat != nil:
+		p.chat.ServeHTTP(w, r)
 	case r.URL.Path == "/v1/chat/completions":
-		w.Header().Set("Content-Type", "text/event-stream")
-		io.WriteString(w, `data: {"choices":[{"delta":{"content":"Hello from "}}]}`+"\n\n")
-		io.WriteString(w, `data: {"choices":[{"delta":{"content":"the model"}}]}`+"\n\n")
-		io.WriteString(w, "data: [DONE]\n\n")
+		p.llm.ServeHTTP(w, r)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/tools":
+		if r.URL.Query().Get("run_id") != "run_1" {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{"code": "invalid_request", "message": "run_id"}})
+			return
+		}
+		var list []any
+		for name, def := range toolDefinitions(p.toolsURL) {
+			d, _ := json.Marshal(def)
+			var td tool.Definition
+			json.Unmarshal(d, &td)
+			td.Name = name
+			tl, err := tool.Compile(td)
+			if err != nil {
+				panic(err)
+			}
+			list = append(list, tl.OpenAISchema())
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"tools": list})
 	case strings.HasPrefix(r.URL.Path, "/v1/tools/") && strings.HasSuffix(r.URL.Path, ":invoke"):
 		name := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/tools/"), ":invoke")
 		var body struct {
@@ -138,6 +161,7 @@ func startDemo(t *testing.T, p *fakePlatform) *Agent {
 	}
 	p.toolsURL = a.ToolsURL
 	p.calls, p.args = map[string]string{}, map[string]json.RawMessage{}
+	p.llm = fakellm.New(fakellm.Options{Models: []string{"demo-llm"}, Capture: true})
 	if p.clientNow == nil {
 		p.clientNow = func() (string, map[string]any) {
 			return "succeeded", map[string]any{"state": "SUCCEEDED", "result": map[string]any{"local": "14:05", "time_zone": "Europe/Paris"}}
@@ -196,7 +220,9 @@ func text(evs []sseEvent) (deltas string, states []string, last string) {
 	return deltas, states, last
 }
 
-func TestDemoAgentRoutesToTools(t *testing.T) {
+// Every message goes through the model; the model's function call picks
+// the tool; its result goes back to the model, whose answer is streamed.
+func TestDemoAgentCallsToolsTheModelPicks(t *testing.T) {
 	p := &fakePlatform{}
 	a := startDemo(t, p)
 	tests := []struct {
@@ -204,19 +230,20 @@ func TestDemoAgentRoutesToTools(t *testing.T) {
 		states []string
 		says   []string
 	}{
-		{"What's the weather in Oslo?", []string{"calling_tool"}, []string{"The weather in Oslo:", "°C", "made-up"}},
-		{"what time is it?", []string{"calling_tool", "waiting_for_tool"}, []string{"14:05", "Europe/Paris"}},
-		{"send 50 to Bob", []string{"calling_tool"}, []string{"sent 50 to Bob", "tr_0001"}},
-		{"send 250 to Bob", []string{"calling_tool", "waiting_for_tool"}, []string{"need a human's approval", "transfer of 250 to Bob was rejected", `"rejected"`, "rejected by alice"}},
-		{"send 0 to Bob", []string{"calling_tool"}, []string{"refused", "invalid_args"}},
-		{"hello", []string{"thinking"}, []string{"Hello from the model"}},
+		{"What's the weather in Oslo?", []string{"thinking", "calling_tool", "thinking"}, []string{"Tool result: city: Oslo", "temp_c:", "made-up"}},
+		{"what time is it?", []string{"thinking", "calling_tool", "waiting_for_tool", "thinking"}, []string{"local: 14:05", "time_zone: Europe/Paris"}},
+		{"send 50 to Bob", []string{"thinking", "calling_tool", "thinking"}, []string{"amount: 50", "to: Bob", "transfer_id: tr_0001", "status: sent"}},
+		{"send 250 to Bob", []string{"thinking", "calling_tool", "waiting_for_tool", "thinking"}, []string{"need", "approval", "error.code: rejected", "rejected by alice"}},
+		{"send 0 to Bob", []string{"thinking", "calling_tool", "thinking"}, []string{"error.code: invalid_args", "amount: must be > 0"}},
+		{"hello", []string{"thinking"}, []string{"You said: hello"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.msg, func(t *testing.T) {
-			deltas, states, last := text(chat(t, a, tt.msg))
+			evs := chat(t, a, tt.msg)
+			deltas, states, last := text(evs)
 			t.Logf("%q → %q", tt.msg, deltas)
 			if last != "done" {
-				t.Errorf("stream ended with %q, want done (a tool failure is explained, not fatal)", last)
+				t.Errorf("stream ended with %q, want done (a tool failure is the model's to explain, not fatal)", last)
 			}
 			if strings.Join(states, ",") != strings.Join(tt.states, ",") {
 				t.Errorf("states %v, want %v", states, tt.states)
@@ -226,13 +253,38 @@ func TestDemoAgentRoutesToTools(t *testing.T) {
 					t.Errorf("answer %q lacks %q", deltas, s)
 				}
 			}
+			usage, _ := evs[len(evs)-1].data["usage"].(map[string]any)
+			if calls, _ := usage["llm_calls"].(float64); int(calls) != (len(tt.states)+1)/2 || usage["total_tokens"] == nil {
+				t.Errorf("done usage %v", usage)
+			}
 		})
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	want := []string{`demo.weather {"city":"Oslo"}`, `client.now {}`, `demo.transfer {"amount":50,"to":"Bob"}`, `demo.transfer {"amount":250,"to":"Bob"}`, `demo.transfer {"amount":0,"to":"Bob"}`}
 	if strings.Join(p.seen, "\n") != strings.Join(want, "\n") {
 		t.Errorf("invokes:\n%s\nwant:\n%s", strings.Join(p.seen, "\n"), strings.Join(want, "\n"))
+	}
+	p.mu.Unlock()
+
+	// The second model call of a tool round carries the OpenAI shape: the
+	// tools, the assistant's tool call and the tool message answering it.
+	reqs := p.llm.Requests()
+	var second struct {
+		Model    string           `json:"model"`
+		Tools    []map[string]any `json:"tools"`
+		Messages []struct {
+			Role       string            `json:"role"`
+			ToolCallID string            `json:"tool_call_id"`
+			ToolCalls  []json.RawMessage `json:"tool_calls"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(reqs[1].Body, &second); err != nil {
+		t.Fatal(err)
+	}
+	n := len(second.Messages)
+	if second.Model != "demo-llm" || len(second.Tools) != 3 || n < 3 || second.Messages[n-2].Role != "assistant" || len(second.Messages[n-2].ToolCalls) != 1 ||
+		second.Messages[n-1].Role != "tool" || second.Messages[n-1].ToolCallID == "" {
+		t.Errorf("second model call: %s", reqs[1].Body)
 	}
 }
 
@@ -242,23 +294,39 @@ func TestDemoAgentApprovedTransferAndOfflineBrowser(t *testing.T) {
 	}}
 	a := startDemo(t, p)
 	deltas, _, last := text(chat(t, a, "transfer 500 to Alice"))
-	if last != "done" || !strings.Contains(deltas, "sent 500 to Alice") {
+	if last != "done" || !strings.Contains(deltas, "amount: 500") || !strings.Contains(deltas, "to: Alice") || !strings.Contains(deltas, "status: sent") {
 		t.Errorf("approved transfer: %q (%s)", deltas, last)
 	}
 	deltas, _, last = text(chat(t, a, "what time is it"))
-	if last != "done" || !strings.Contains(deltas, "browser to be connected") || !strings.Contains(deltas, "client_offline") {
+	if last != "done" || !strings.Contains(deltas, "error.code: client_offline") {
 		t.Errorf("offline browser: %q (%s)", deltas, last)
 	}
 }
 
-// The chat page's client.now answer (internal/console/static/chat.js) reads well.
-func TestDescribeConsoleClockAnswer(t *testing.T) {
-	res := json.RawMessage(`{"iso":"2026-11-22T11:42:04.123+01:00","epoch_ms":1795344124123,"time_zone":"Europe/Paris","utc_offset_minutes":60,"locale":"fr-FR"}`)
-	got := describeResult(route{Tool: ToolNow}, res)
-	if want := "Your browser says it is 11:42 on Sunday 22 November 2026 (Europe/Paris)."; got != want {
-		t.Errorf("got %q, want %q", got, want)
+// A model that never stops calling tools is asked for its answer without
+// them after maxToolRounds.
+func TestDemoAgentBoundsToolRounds(t *testing.T) {
+	p := &fakePlatform{}
+	p.chat = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Tools []any `json:"tools"`
+		}
+		json.NewDecoder(r.Body).Decode(&req)
+		w.Header().Set("Content-Type", "text/event-stream")
+		if len(req.Tools) == 0 {
+			io.WriteString(w, `data: {"choices":[{"index":0,"delta":{"content":"enough"},"finish_reason":null}]}`+"\n\ndata: [DONE]\n\n")
+			return
+		}
+		io.WriteString(w, `data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_x","type":"function","function":{"name":"demo__weather","arguments":""}}]},"finish_reason":null}]}`+"\n\n")
+		io.WriteString(w, `data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":\"Oslo\"}"}}]},"finish_reason":null}]}`+"\n\n")
+		io.WriteString(w, `data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`+"\n\ndata: [DONE]\n\n")
+	})
+	a := startDemo(t, p)
+	deltas, states, last := text(chat(t, a, "weather in Oslo"))
+	if last != "done" || deltas != "enough" {
+		t.Fatalf("ended with %s: %q", last, deltas)
 	}
-	if got := describeResult(route{Tool: ToolNow}, json.RawMessage(`[1]`)); got != "Your browser answered: [1]" {
-		t.Errorf("unknown shape: %q", got)
+	if calls := strings.Count(strings.Join(states, ","), "calling_tool"); calls != maxToolRounds {
+		t.Errorf("%d tool calls, want %d (states %v)", calls, maxToolRounds, states)
 	}
 }

@@ -34,6 +34,13 @@ const (
 	TransferApprovalThreshold = 100
 )
 
+// Names of the demo's tools (see RegisterTools).
+const (
+	ToolWeather  = "demo.weather"
+	ToolNow      = "client.now"
+	ToolTransfer = "demo.transfer"
+)
+
 // toolDefinition is the body of PUT /v1/tools/{tool_name} (DESIGN §7).
 type toolDefinition struct {
 	Kind              string          `json:"kind"`
@@ -63,8 +70,8 @@ func toolDefinitions(toolsURL string) map[string]toolDefinition {
 	return map[string]toolDefinition{
 		ToolWeather: {
 			Kind:        "server",
-			Description: "Current weather for a city (demo data: made up, but the same city always gets the same answer).",
-			Parameters:  json.RawMessage(`{"type":"object","properties":{"city":{"type":"string","minLength":1,"maxLength":100,"description":"City name, e.g. Paris"}},"required":["city"],"additionalProperties":false}`),
+			Description: "Current weather or forecast for a city (made-up data, but the same city always gets the same answer).",
+			Parameters:  json.RawMessage(`{"type":"object","properties":{"city":{"type":"string","minLength":1,"maxLength":100,"description":"City name, e.g. Paris","default":"Paris"}},"required":["city"],"additionalProperties":false}`),
 			Endpoint:    base + "/weather",
 			Policy:      toolPolicy{Decision: "allow"},
 			TimeoutMS:   10_000,
@@ -72,7 +79,7 @@ func toolDefinitions(toolsURL string) map[string]toolDefinition {
 		},
 		ToolNow: {
 			Kind:        "client",
-			Description: "The user's local time and time zone, read from their browser.",
+			Description: "The user's local time and time zone, read from their browser's clock.",
 			Parameters:  json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`),
 			Policy:      toolPolicy{Decision: "allow"},
 			// A browser answers in milliseconds or not at all; do not keep
@@ -82,7 +89,7 @@ func toolDefinitions(toolsURL string) map[string]toolDefinition {
 		},
 		ToolTransfer: {
 			Kind:        "server",
-			Description: "Send money to someone (demo: nothing is really sent). Amounts over 100 need a human's approval.",
+			Description: "Send money to someone (nothing is really sent). Amounts over 100 need a human's approval.",
 			Parameters:  json.RawMessage(`{"type":"object","properties":{"amount":{"type":"number","exclusiveMinimum":0},"to":{"type":"string","minLength":1,"maxLength":100}},"required":["amount","to"],"additionalProperties":false}`),
 			Endpoint:    base + "/transfer",
 			Policy: toolPolicy{Decision: "allow", Rules: []policyRule{

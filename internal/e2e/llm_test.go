@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -41,6 +42,80 @@ func TestDemoModeWorksOutOfTheBox(t *testing.T) {
 	}
 	if llmDone == nil || llmDone["outcome"] != "ok" || llmDone["prompt_tokens"].(float64) <= 0 || llmDone["completion_tokens"].(float64) <= 0 || llmDone["estimated_cost"].(float64) <= 0 || llmDone["price"] == nil {
 		t.Fatalf("llm_call_done: %v", llmDone)
+	}
+}
+
+// TestDemoPromptsGoThroughTheLLM: each prompt the chat page suggests is
+// answered by the OpenAI function-calling loop through the LLM proxy — the
+// model (the built-in fake upstream, model demo-llm) picks the tool, the
+// tool runs through the tool API, the model answers — so each run's trace
+// holds llm_call_done events with tokens and a cost (README, quick start).
+func TestDemoPromptsGoThroughTheLLM(t *testing.T) {
+	s := startDemo(t)
+	key := regexp.MustCompile(`demo user key: (\S+)`).FindStringSubmatch(s.output())[1]
+	c := dial(t, s, "demo", key)
+	sid := ""
+	for _, tt := range []struct {
+		prompt, tool, says string
+	}{
+		{"What's the weather in Paris?", "demo.weather", "city: Paris"},
+		{"What time is it?", "client.now", "time_zone: Europe/Paris"},
+		{"Send 250 to Bob", "demo.transfer", "status: sent"},
+	} {
+		inv := map[string]any{"type": "agent_invoke", "request_id": "r-" + tt.tool, "agent_id": "demo", "message": map[string]any{"role": "user", "content": tt.prompt}}
+		if sid != "" {
+			inv["session_id"] = sid
+		}
+		c.send(inv)
+		var msgs []map[string]any
+		for {
+			m := c.next()
+			msgs = append(msgs, m)
+			// The page's part: run the client tool, approve the transfer.
+			switch m["type"] {
+			case "tool_request":
+				c.send(map[string]any{"type": "tool_result", "request_id": "tr", "run_id": m["run_id"], "tool_call_id": m["tool_call_id"], "ok": true,
+					"result": map[string]any{"iso": "2026-01-02T10:00:00+01:00", "time_zone": "Europe/Paris"}})
+			case "approval_required":
+				c.send(map[string]any{"type": "approval_decision", "request_id": "ad", "run_id": m["run_id"], "approval_id": m["approval_id"], "decision": "approve"})
+			}
+			if isEnd(m) {
+				break
+			}
+		}
+		done := msgs[len(msgs)-1]
+		if done["type"] != "done" || !strings.Contains(text(msgs), tt.says) {
+			t.Fatalf("%q: reply %q ended %v", tt.prompt, text(msgs), done)
+		}
+		sid = done["session_id"].(string)
+		runID := done["run_id"].(string)
+		var llmCalls []map[string]any
+		var tools []string
+		// LLM events are recorded behind the call: wait for both to land.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && len(llmCalls) < 2; time.Sleep(20 * time.Millisecond) {
+			llmCalls, tools = nil, nil
+			for _, e := range s.events("/v1/runs/" + runID + "/events") {
+				p, _ := e["payload"].(map[string]any)
+				switch e["type"] {
+				case "llm_call_done":
+					llmCalls = append(llmCalls, p)
+				case "tool_call_created":
+					tools = append(tools, fmt.Sprint(p["tool_name"]))
+				}
+			}
+		}
+		if len(tools) != 1 || tools[0] != tt.tool {
+			t.Errorf("%q: tool calls %v, want the model's pick %s", tt.prompt, tools, tt.tool)
+		}
+		// One call that picks the tool, one that answers with its result.
+		if len(llmCalls) != 2 {
+			t.Fatalf("%q: %d llm_call_done events, want 2", tt.prompt, len(llmCalls))
+		}
+		for _, d := range llmCalls {
+			if d["outcome"] != "ok" || d["model"] != "demo-llm" || d["prompt_tokens"].(float64) <= 0 || d["completion_tokens"].(float64) <= 0 || d["estimated_cost"].(float64) <= 0 {
+				t.Errorf("%q: llm_call_done %v", tt.prompt, d)
+			}
+		}
 	}
 }
 

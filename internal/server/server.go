@@ -36,6 +36,9 @@ import (
 	"github.com/agentplane/agentplane/internal/toolsvc"
 )
 
+// demoModel is the model the demo's built-in upstream serves.
+const demoModel = "demo-llm"
+
 // OpenStore opens the database named by AGENTPLANE_DB.
 func OpenStore(ctx context.Context, dsn string) (store.Store, error) {
 	if path, ok := strings.CutPrefix(dsn, "sqlite:"); ok {
@@ -134,13 +137,13 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	if cfg.Demo && len(llmCfg.Upstreams) == 0 {
 		// The demo's "LLM": a local server speaking the OpenAI wire format,
 		// so the demo agent calls a model through the proxy with no key.
-		if demoLLM, err = fakellm.Start("127.0.0.1:0", fakellm.Options{Models: []string{"demo-llm"}, ChunkDelay: 40 * time.Millisecond}); err != nil {
+		if demoLLM, err = fakellm.Start("127.0.0.1:0", fakellm.Options{Models: []string{demoModel}, ChunkDelay: 40 * time.Millisecond}); err != nil {
 			return fmt.Errorf("demo LLM: %w", err)
 		}
 		defer demoLLM.Close()
 		llmCfg.Upstreams = []llmproxy.Upstream{{Name: "demo", BaseURL: demoLLM.URL}}
 		if llmCfg.Prices == nil {
-			llmCfg.Prices = map[string]llmproxy.Price{"demo-llm": {Input: 0.5, CachedInput: 0.25, Output: 1.5}}
+			llmCfg.Prices = map[string]llmproxy.Price{demoModel: {Input: 0.5, CachedInput: 0.25, Output: 1.5}}
 		}
 	}
 	proxy, err := llmproxy.New(llmCfg, bridge.authenticate, bridge)
@@ -204,9 +207,11 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		if err != nil {
 			return fmt.Errorf("register demo tools: %w", err)
 		}
+		// The built-in upstream serves demo-llm (README, quick start); a real
+		// upstream gets a small model unless AGENTPLANE_DEMO_MODEL names one.
 		model := os.Getenv("AGENTPLANE_DEMO_MODEL")
 		if model == "" {
-			model = "demo-llm"
+			model = demoModel
 			if demoLLM == nil {
 				model = "gpt-4o-mini"
 			}
