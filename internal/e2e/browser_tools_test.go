@@ -50,7 +50,13 @@ func (p *chatPage) approvals() []approvalCard {
 // tools are registered (the demo lines follow the listening line).
 func startDemo(t *testing.T) *server {
 	t.Helper()
-	s := startServer(t, "sqlite:"+filepath.Join(t.TempDir(), "demo.db"), "--demo")
+	return startDemoOn(t, "sqlite:"+filepath.Join(t.TempDir(), "demo.db"), nil)
+}
+
+// startDemoOn is startDemo on the database dsn with extra environment.
+func startDemoOn(t *testing.T, dsn string, env []string) *server {
+	t.Helper()
+	s := startServerEnv(t, dsn, env, "--demo")
 	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(s.output(), "open the chat:"); {
 		if time.Now().After(deadline) {
 			t.Fatalf("the demo did not start:\n%s", s.output())

@@ -56,19 +56,22 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	}
 	defer st.Close()
 
-	if cfg.AdminKey == "" {
-		cfg.AdminKey = ids.Secret("adm_")
-		cfg.AdminKeyGenerated = true
-	}
 	userKeys := cfg.APIKeys
-	var demoKey string
+	var demoCreds demoCredentials
 	if cfg.Demo {
-		demoKey = ids.Secret("usr_")[:28]
+		if demoCreds, err = keepDemoCredentials(ctx, st, cfg.AdminKey, cfg.APIKeys); err != nil {
+			return err
+		}
+		cfg.AdminKey = demoCreds.adminKey
 		userKeys = map[string]string{}
 		for u, k := range cfg.APIKeys {
 			userKeys[u] = k
 		}
-		userKeys["demo"] = demoKey
+		userKeys[demoUser] = demoCreds.userKey
+	}
+	if cfg.AdminKey == "" {
+		cfg.AdminKey = ids.Secret("adm_")
+		cfg.AdminKeyGenerated = true
 	}
 	allowSpec := cfg.EndpointAllowlist
 	if cfg.Demo {
@@ -226,9 +229,17 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		fmt.Fprintf(out, "admin key (generated; set AGENTPLANE_ADMIN_KEY to keep one): %s\n", cfg.AdminKey)
 	}
 	if cfg.Demo {
+		where := storeWhere(cfg.DB)
+		if demoCreds.adminStored {
+			fmt.Fprintf(out, "admin key: %s (kept in %s, table settings, for the next start; AGENTPLANE_ADMIN_KEY overrides it)\n", cfg.AdminKey, where)
+		}
 		fmt.Fprintf(out, "demo agent %q serving at %s\n", demo.AgentID, demoAgent.URL)
-		fmt.Fprintf(out, "demo user key: %s\n", demoKey)
-		fmt.Fprintf(out, "open the chat: %s/#user=demo&key=%s&agent=%s\n", base, demoKey, demo.AgentID)
+		if demoCreds.userStored {
+			fmt.Fprintf(out, "demo user key: %s (kept in %s, table settings; AGENTPLANE_API_KEYS=demo:<key> overrides it)\n", demoCreds.userKey, where)
+		} else {
+			fmt.Fprintf(out, "demo user key: %s (from AGENTPLANE_API_KEYS)\n", demoCreds.userKey)
+		}
+		fmt.Fprintf(out, "open the chat: %s/#user=%s&key=%s&agent=%s\n", base, demoUser, demoCreds.userKey, demo.AgentID)
 	}
 
 	select {

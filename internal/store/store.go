@@ -113,6 +113,16 @@ type Queries interface {
 	// rows of a crashed process stop counting once it goes stale.
 	SessionHasClient(ctx context.Context, sessionID string, aliveSince int64) (bool, error)
 
+	// Settings are small key/value pairs kept with the database, such as
+	// the credentials `serve --demo` generates once and prints at every
+	// start. Names are never reused for another meaning; values never change.
+	// SettingGet returns ErrNotFound for a name never set.
+	SettingGet(ctx context.Context, name string) (string, error)
+	// SettingPutIfAbsent stores value under name unless a value is there
+	// already, and returns the stored one: value, or the one that was
+	// there first (so processes starting together agree on one).
+	SettingPutIfAbsent(ctx context.Context, name, value string, at int64) (string, error)
+
 	// EventsNotify tells other processes that sessions got events. In a
 	// transaction it is sent only on commit (PostgreSQL NOTIFY); on SQLite,
 	// where one process owns the file, it does nothing.
