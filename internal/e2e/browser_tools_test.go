@@ -184,3 +184,54 @@ func TestBrowserApprovalReject(t *testing.T) {
 	p.sendByEnter("What time is it?")
 	p.waitFor("the next reply finishes", `window.agentplaneChat.state().messages.length === 4 && `+lastAssistantJS+`.status === 'done'`)
 }
+
+// TestBrowserReloadWhileApprovalPending (issue 8 item 15): after a reload the
+// server re-sends the pending approval while it replays the session, in
+// either order; the page rebuilt the run from whichever came first and lost
+// the user's own message. Each reload must show the message, then the
+// approval card still pending, and approving from the rebuilt page works.
+func TestBrowserReloadWhileApprovalPending(t *testing.T) {
+	browser := newBrowser(t)
+	s := startDemo(t)
+	p := openChat(t, browser, s.URL, "demo")
+
+	p.sendByClick("Send 250 to Bob")
+	p.waitFor("the approval card shows", `!!document.querySelector('`+pendingApprovalJS+`')`)
+
+	// The order the page shows: each run's user message, its cards, its reply.
+	const orderJS = `Array.from(document.querySelectorAll('#messages .msg')).map(function (e) {
+		return e.classList.contains('user') ? 'user' : e.classList.contains('assistant') ? 'assistant' : 'card:' + e.dataset.kind; }).join(',')`
+	// The two orders race on the server: reload a few times to meet both.
+	for i := range 5 {
+		p.do("reload", chromedp.Reload())
+		p.waitConnected()
+		p.waitFor("the conversation is rebuilt with the pending card", `(function () { var s = window.agentplaneChat.state();
+			return s.approvals.length === 1 && s.approvals[0].state === 'pending' && s.messages.length === 2; })()`)
+		st := p.state()
+		if st.Messages[0].Role != "user" || st.Messages[0].Text != "Send 250 to Bob" || st.Messages[1].Role != "assistant" {
+			t.Fatalf("reload %d: messages %+v\n%s", i+1, st.Messages, p.describe())
+		}
+		if order := evalIn[string](p, orderJS); order != "user,card:approval,assistant" {
+			t.Fatalf("reload %d: the page shows %s", i+1, order)
+		}
+		if n := evalIn[int](p, `document.querySelectorAll('.msg.notice[data-kind="approval"]').length`); n != 1 {
+			t.Fatalf("reload %d: %d approval cards", i+1, n)
+		}
+	}
+	// A re-send held back for the replay is not shown a second time later.
+	time.Sleep(2 * time.Second)
+	if n := len(p.approvals()); n != 1 {
+		t.Fatalf("%d approval cards after the grace", n)
+	}
+
+	p.do("approve", chromedp.Click(pendingApprovalJS+` [data-testid="approve-button"]`))
+	p.waitAssistantStatus("done")
+	aps := p.approvals()
+	if len(aps) != 1 || aps[0].State != "approved" {
+		t.Fatalf("approval cards %+v", aps)
+	}
+	st := p.state()
+	if reply := st.Messages[len(st.Messages)-1].Text; !strings.Contains(reply, "status: sent") || st.Messages[0].Text != "Send 250 to Bob" {
+		t.Fatalf("after approving: %+v", st.Messages)
+	}
+}

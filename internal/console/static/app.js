@@ -311,15 +311,17 @@
       el.status.textContent = text;
       if (state === 'unauthorized') openSettings(info.message || 'The server refused this user id and key.');
     },
-    added: function (item) {
+    added: function (item, before) {
       var stick = item.role === 'user' || nearBottom();
       var li = createItemEl(item);
       itemEls.set(item.id, li);
       updateItemEl(li, item);
       // A run's tool and approval cards go above its reply: the reply usually comes from what
-      // the tool returned, so it reads in the order things happened.
-      var reply = item.kind && item.runId ? el.messages.querySelector('.msg.assistant[data-run-id="' + CSS.escape(item.runId) + '"]') : null;
-      el.messages.insertBefore(li, reply);
+      // the tool returned, so it reads in the order things happened. An item chat.js inserts
+      // (a user's message replayed after its run's first card) goes where it says.
+      var next = before ? itemEls.get(before.id) || null : null;
+      if (!next && item.kind && item.runId) next = el.messages.querySelector('.msg.assistant[data-run-id="' + CSS.escape(item.runId) + '"]');
+      el.messages.insertBefore(li, next);
       el.empty.hidden = true;
       if (stick) scrollToBottom();
     },

@@ -5,6 +5,10 @@
 (function (root) {
   'use strict';
 
+  // How long the log must stay quiet before a re-sent request whose run the replay has not
+  // shown yet is shown anyway (see deferResend).
+  var RESEND_GRACE_MS = 1500;
+
   var BACKOFF_MIN_MS = 500;
   var BACKOFF_MAX_MS = 5000;
   var WS_OPEN = 1;
@@ -160,7 +164,8 @@
   //   sessionId  session to resume (subscribed from seq 0 after `ready`), or null for a new one
   //   view       callbacks, each optional:
   //                connection(state, info)  state: connecting|connected|reconnecting|unauthorized|stopped
-  //                added(item) / updated(item) / cleared()   items: see addItem
+  //                added(item, before) / updated(item) / cleared()   items: see addItem;
+  //                  before, when set, is the item the new one goes in front of (insertItem)
   //                controls({canSend, canCancel, canNewSession, busy, runPhase, runStatus})
   //                  runPhase: running|waiting_approval|waiting_tool|'' for the active run
   //                session(sessionId)        the session changed (persist it)
@@ -197,6 +202,9 @@
     this.requests = new Map(); // request_id → what a seq-less error reply would refer to
     this.toolCards = new Map(); // tool_call_id → its card (tool requests are re-sent, so dedupe)
     this.approvalCards = new Map(); // approval_id → its card
+    this.deferred = new Map(); // re-sent requests of runs the replay has not reached, by id
+    this.deferTimer = null;
+    this.lastLogEventAt = 0;  // when the last event with seq arrived (for the re-send grace)
     this.connGen = 0;         // counts `ready`s: which connection an answer went out on
     this.nextItemId = 1;
   }
@@ -432,7 +440,58 @@
       // has been shown already.
       if (msg.seq <= this.lastSeq) return;
       this.lastSeq = msg.seq;
+      this.lastLogEventAt = this.now();
+      // The logged request itself: the replay reached it, so a deferred re-send of it is moot.
+      var key = resendKey(msg);
+      if (key) this.deferred.delete(key);
+    } else if (resendKey(msg) && !this.runs.has(msg.run_id || '')) {
+      this.deferResend(msg);
+      return;
     }
+    this.applyEvent(msg);
+  };
+
+  // resendKey names a request the server sends again, without seq, after a subscribe.
+  function resendKey(msg) {
+    if (msg.type === 'tool_request' && msg.tool_call_id) return 'tool:' + msg.tool_call_id;
+    if (msg.type === 'approval_required' && msg.approval_id) return 'approval:' + msg.approval_id;
+    return '';
+  }
+
+  // deferResend holds back a re-sent request (tool_request or approval_required without seq)
+  // whose run this page has not seen yet. After a subscribe the server re-sends what is still
+  // pending while it replays the log, in either order; shown at once, the card would open its
+  // run ahead of the replayed run_started and the user's own message would be lost (issue 8
+  // item 15). The replay brings the logged request itself, which shows the card in its place
+  // and drops the re-send; only if the log stays quiet for RESEND_GRACE_MS without it is the
+  // re-send shown as it is.
+  Chat.prototype.deferResend = function (msg) {
+    this.deferred.set(resendKey(msg), msg);
+    if (this.lastLogEventAt === 0) this.lastLogEventAt = this.now();
+    this.armDeferred();
+  };
+
+  Chat.prototype.armDeferred = function () {
+    if (this.deferTimer != null) return;
+    var self = this;
+    var wait = Math.max(0, this.lastLogEventAt + RESEND_GRACE_MS - this.now());
+    this.deferTimer = this.setTimeout(function () {
+      self.deferTimer = null;
+      if (self.stopped || self.deferred.size === 0) return;
+      if (self.now() - self.lastLogEventAt < RESEND_GRACE_MS) {
+        self.armDeferred(); // the replay is still coming in
+        return;
+      }
+      var held = Array.from(self.deferred.values());
+      self.deferred.clear();
+      held.forEach(function (m) {
+        if ((m.session_id || self.sessionId) === self.sessionId) self.applyEvent(m);
+      });
+      self.emitControls();
+    }, wait);
+  };
+
+  Chat.prototype.applyEvent = function (msg) {
     switch (msg.type) {
       case 'run_started': this.onRunStarted(msg); break;
       case 'delta': this.onDelta(msg); break;
@@ -454,22 +513,32 @@
 
   Chat.prototype.onRunStarted = function (msg) {
     var run = this.runs.get(msg.run_id);
-    if (run) return; // ensureRun made it for an earlier event; nothing left to add
-    var isChild = !!msg.parent_run_id;
-    var user = null;
-    if (!isChild) {
-      user = msg.request_id ? this.unconfirmed.get(msg.request_id) : null;
-      if (user) {
-        this.unconfirmed.delete(msg.request_id);
-        if (this.pending === msg.request_id) this.pending = null;
-        this.setItem(user, { status: 'sent', statusText: '', runId: msg.run_id });
-      } else if (msg.message) {
-        // Replay (a reload or another tab's message): the run carries the user's input.
-        user = this.addItem({ role: 'user', text: contentText(msg.message.content), status: 'sent', runId: msg.run_id });
-      }
+    if (run) {
+      // Something of this run came first (ensureRun made its bubble): the user's message that
+      // started it still belongs above everything of the run.
+      if (!run.user && !run.parentRunId && !msg.parent_run_id) run.user = this.runUser(msg, run);
+      return;
     }
+    var user = msg.parent_run_id ? null : this.runUser(msg, null);
     run = this.newRun(msg.run_id, msg.agent_id, msg.parent_run_id);
     run.user = user;
+  };
+
+  // runUser is the user item of a root run starting: this page's own message, now confirmed,
+  // or (a reload, another tab's message) one made from the input the run carries — above the
+  // items of run when it already has some.
+  Chat.prototype.runUser = function (msg, run) {
+    var user = msg.request_id ? this.unconfirmed.get(msg.request_id) : null;
+    if (user) {
+      this.unconfirmed.delete(msg.request_id);
+      if (this.pending === msg.request_id) this.pending = null;
+      this.setItem(user, { status: 'sent', statusText: '', runId: msg.run_id });
+      return user;
+    }
+    if (!msg.message) return null;
+    var fields = { role: 'user', text: contentText(msg.message.content), status: 'sent', runId: msg.run_id };
+    if (!run) return this.addItem(fields);
+    return this.insertItem(fields, run.notices.length ? run.notices[0] : run.assistant);
   };
 
   Chat.prototype.newRun = function (runId, agentId, parentRunId) {
@@ -936,6 +1005,7 @@
     this.unconfirmed.clear();
     this.toolCards.clear();
     this.approvalCards.clear();
+    this.deferred.clear();
     this.activeRunId = null;
     this.emit('cleared');
     this.emit('session', null);
@@ -951,6 +1021,22 @@
     var item = Object.assign({ id: this.nextItemId++, text: '', status: '', statusText: '', runId: null }, fields);
     this.items.push(item);
     this.emit('added', item);
+    return item;
+  };
+
+  // insertItem is addItem for an item that belongs before the existing item `before` and
+  // everything else of its run (view.added gets `before` as its second argument).
+  Chat.prototype.insertItem = function (fields, before) {
+    var item = Object.assign({ id: this.nextItemId++, text: '', status: '', statusText: '', runId: null }, fields);
+    var at = this.items.length;
+    for (var i = 0; i < this.items.length; i++) {
+      if (this.items[i] === before || (before.runId != null && this.items[i].runId === before.runId)) {
+        at = i;
+        break;
+      }
+    }
+    this.items.splice(at, 0, item);
+    this.emit('added', item, before);
     return item;
   };
 

@@ -36,7 +36,7 @@ function harness(opts = {}) {
   FakeSocket.all = [];
   const timers = [];
   const clock = { t: 1700000000000 };
-  const events = { toasts: [], sessions: [], connection: [], controls: null, added: 0, cleared: 0 };
+  const events = { toasts: [], sessions: [], connection: [], controls: null, added: 0, cleared: 0, order: [] };
   const chat = new Chat({
     url: 'ws://test/v1/ws',
     settings: { user: 'demo', key: 'KEY', agent: 'demo' },
@@ -50,7 +50,7 @@ function harness(opts = {}) {
     log: { warn() {}, info() {}, error: (...a) => { throw new Error('view error: ' + a.join(' ')); } },
     view: {
       connection: (s, info) => events.connection.push([s, info]),
-      added: () => { events.added++; },
+      added: (item, before) => { events.added++; events.order.push([item.id, before ? before.id : null]); },
       updated: () => {},
       cleared: () => { events.cleared++; },
       controls: (c) => { events.controls = c; },
@@ -197,6 +197,86 @@ const tests = {
     assert.equal(h.events.controls.canSend, false);
     assert.equal(h.events.controls.canCancel, true);
     assert.deepEqual(h.events.sessions, [], 'session unchanged');
+  },
+
+  // Issue 8 item 15: after a reload the server re-sends the pending approval (no seq) while it
+  // replays the log; the re-send may come first. The page must still show the user's message,
+  // then the card, and the approval must work.
+  'reload with a pending approval: the re-send before the replay waits for it'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    const req = { approval_id: 'ap1', tool_call_id: 'tc1', tool_name: 'demo.transfer', args_summary: '{"amount":250,"to":"Bob"}', expires_at: h.clock.t + 300000 };
+    s.push(Object.assign({ type: 'approval_required', session_id: 's1', run_id: 'run1' }, req)); // the re-send
+    assert.deepEqual(h.msgs(), [], 'nothing shown ahead of the replay');
+    s.push(ev(1, 'run_started', { request_id: 'r-old', agent_id: 'demo', message: { role: 'user', content: 'Send 250 to Bob' } }));
+    s.push(ev(2, 'state', { state: 'calling_tool' }));
+    s.push(ev(3, 'delta', { text: 'This needs approval…' }));
+    s.push(ev(4, 'approval_required', req));
+    s.push(ev(5, 'state', { state: 'PAUSED_WAITING_APPROVAL', detail: { tool_call_id: 'tc1', approval_id: 'ap1', outcome: 'WAITING_APPROVAL' } }));
+    assert.deepEqual(h.msgs(), [['user', 'Send 250 to Bob', 'sent'], ['assistant', 'This needs approval…', 'running']]);
+    assert.deepEqual(h.chat.items.map((i) => i.role + (i.kind ? ':' + i.kind : '')), ['user', 'assistant', 'notice:approval']);
+    assert.equal(h.cards('approval').length, 1);
+    const card = h.card('ap1');
+    assert.equal(card.approval.state, 'pending');
+    // The held re-send is dropped, not shown later as a second card.
+    h.advance(5000);
+    assert.equal(h.cards('approval').length, 1);
+    assert.equal(h.chat.decideApproval(card, 'approve', ''), true);
+    assert.equal(s.ofType('approval_decision').length, 1);
+    s.push(ev(6, 'state', { state: 'RUNNING', detail: { tool_call_id: 'tc1', approval_id: 'ap1', outcome: 'DISPATCHED' } }));
+    s.push(ev(7, 'done', {}));
+    assert.equal(card.approval.state, 'approved');
+    assert.deepEqual(h.msgs(), [['user', 'Send 250 to Bob', 'sent'], ['assistant', 'This needs approval…', 'done']]);
+  },
+
+  'reload with a pending client tool: the re-send before the replay runs the tool once'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    const req = { tool_call_id: 'tc1', tool_name: 'client.now', args: {}, deadline_ts: h.clock.t + 15000 };
+    s.push(Object.assign({ type: 'tool_request', session_id: 's1', run_id: 'run1' }, req));
+    assert.equal(s.ofType('tool_result').length, 0);
+    s.push(ev(1, 'run_started', { message: { role: 'user', content: 'What time is it?' } }));
+    s.push(ev(2, 'tool_request', req));
+    assert.deepEqual(h.msgs(), [['user', 'What time is it?', 'sent'], ['assistant', '', 'running']]);
+    assert.equal(h.cards('tool').length, 1);
+    assert.equal(s.ofType('tool_result').length, 1);
+    h.advance(5000);
+    assert.equal(s.ofType('tool_result').length, 1, 'answered once');
+  },
+
+  'a re-send whose run the log never shows appears after the grace; a late run_started still puts the message first'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    s.push({ type: 'approval_required', session_id: 's1', run_id: 'run1', approval_id: 'ap1', tool_call_id: 'tc1', tool_name: 't' });
+    h.advance(1000);
+    assert.equal(h.cards('approval').length, 0, 'still within the grace');
+    h.advance(1000);
+    assert.equal(h.cards('approval').length, 1, 'shown once the log stayed quiet');
+    assert.equal(h.card('ap1').approval.state, 'pending');
+    assert.equal(h.events.controls.busy, true);
+    // A very late replay: the message goes above the run's card and bubble.
+    s.push(ev(1, 'run_started', { message: { role: 'user', content: 'pay' } }));
+    assert.deepEqual(h.msgs(), [['user', 'pay', 'sent'], ['assistant', '', 'running']]);
+    const user = h.chat.items[0];
+    assert.equal(user.role, 'user');
+    const placed = h.events.order.find(([id]) => id === user.id);
+    assert.equal(placed[1], h.card('ap1').id, 'the view puts it in front of the run\'s first item');
+  },
+
+  'the grace is counted from the last replayed event'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    s.push({ type: 'approval_required', session_id: 's1', run_id: 'run9', approval_id: 'ap9', tool_call_id: 'tc9', tool_name: 't' });
+    for (let i = 1; i <= 4; i++) {
+      h.advance(1000);
+      s.push(ev(2 * i - 1, 'run_started', { run_id: 'old' + i, message: { role: 'user', content: 'm' + i } }));
+      s.push(ev(2 * i, 'done', { run_id: 'old' + i }));
+    }
+    assert.equal(h.cards('approval').length, 0, 'the replay is still coming in');
+    assert.equal(h.msgs().length, 8);
+    h.advance(1000);
+    h.advance(1000);
+    assert.equal(h.cards('approval').length, 1);
   },
 
   'invoke error reply (no seq) fails the message; connection stays'() {
