@@ -38,7 +38,7 @@ def handle(req: agentplane.Request):
     yield agentplane.State("thinking", {"step": "reading the transcript"})
 
     count = None
-    if req.client is not None:
+    if req.has_client:
         try:
             count = len(req.client.transcript())
         except agentplane.APIError as e:
@@ -73,7 +73,7 @@ def heartbeat_forever(client: agentplane.Client, stop: threading.Event) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=9001, help="port to listen on (default 9001; 0 picks a free one)")
+    p.add_argument("--port", type=int, default=9003, help="port to listen on (default 9003; 0 picks a free one)")
     p.add_argument("--agent-id", default="echo", help="agent id to register (default echo)")
     p.add_argument("--name", default="Echo agent", help="display name to register")
     p.add_argument("--endpoint", help="URL the platform calls (default http://HOST:PORT)")

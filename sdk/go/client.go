@@ -87,6 +87,9 @@ func (c *Client) OpenAIHeaders() map[string]string { return attribution(c.RunID,
 
 // Heartbeat tells the platform the agent is alive. agentID "" means c.AgentID.
 func (c *Client) Heartbeat(ctx context.Context, agentID string) error {
+	if c == nil {
+		return ErrNotConfigured
+	}
 	if agentID == "" {
 		agentID = c.AgentID
 	}
@@ -274,6 +277,9 @@ func Register(ctx context.Context, baseURL, adminKey string, p RegisterParams) (
 }
 
 func (c *Client) session(sessionID string) (string, error) {
+	if c == nil {
+		return "", ErrNotConfigured
+	}
 	if sessionID == "" {
 		sessionID = c.SessionID
 	}
@@ -286,6 +292,9 @@ func (c *Client) session(sessionID string) (string, error) {
 // do sends one JSON request to path (already escaped) and decodes the answer
 // into out (if non-nil).
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	if c == nil {
+		return ErrNotConfigured
+	}
 	if c.BaseURL == "" {
 		return fmt.Errorf("agentplane: no platform URL (set %s)", EnvURL)
 	}

@@ -9,15 +9,22 @@
 //		s.State("thinking", nil)
 //		return s.Delta("you said: " + req.InputMessage.Content)
 //	})
-//	http.ListenAndServe("127.0.0.1:9001", h)
+//	http.ListenAndServe("127.0.0.1:9002", h)
 //
 // Inside a handler, req.Client() is a Client bound to the run (transcript,
 // context store, tool calls, heartbeats), and req.OpenAIBaseURL,
 // req.OpenAIAPIKey and req.OpenAIHeaders configure any OpenAI-compatible SDK
 // to send its calls through the platform's LLM proxy.
 //
+// The platform client needs the platform's URL and this agent's key (the
+// agent_api_key registration returned): AGENTPLANE_URL and
+// AGENTPLANE_AGENT_KEY, or AgentHandler.Platform. Without them
+// req.Client() is nil and its methods return ErrNotConfigured.
+//
 // A tool call waits for approvals and client tools by itself and returns the
-// result, or a *ToolError saying why the call failed:
+// result, or a *ToolError saying why the call failed — every failure of the
+// call, whether the platform refused it (invalid_args, tool_not_found …) or
+// it ended failed (rejected, timeout …):
 //
 //	res, err := req.Client().Tools().Invoke(ctx, "demo.weather", map[string]any{"city": "Paris"})
 //	var te *agentplane.ToolError

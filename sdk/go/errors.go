@@ -1,6 +1,9 @@
 package agentplane
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // CodeAgentException is the error code sent when a handler fails with an
 // error that is not an *Error (or panics). The Python SDK uses the same code,
@@ -36,3 +39,9 @@ type APIError struct {
 func (e *APIError) Error() string {
 	return fmt.Sprintf("agentplane: %s (HTTP %d): %s", e.Code, e.Status, e.Message)
 }
+
+// ErrNotConfigured is returned by the methods of a nil *Client — what
+// Request.Client gives when the handler has no platform configured — instead
+// of a nil-pointer panic. Its text says what to set.
+var ErrNotConfigured = errors.New("agentplane: no platform client: set " + EnvURL + " (the platform, e.g. http://127.0.0.1:8080) and " +
+	EnvAgentKey + " (this agent's key: the agent_api_key registration returned), or set AgentHandler.Platform")

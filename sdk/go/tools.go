@@ -240,6 +240,9 @@ func (c *Client) InvokeTool(ctx context.Context, name string, args any, opts ...
 	for _, f := range opts {
 		f(&o)
 	}
+	if c == nil {
+		return nil, ErrNotConfigured
+	}
 	if name == "" {
 		return nil, errors.New("agentplane: invoke tool: no tool name")
 	}
@@ -298,6 +301,9 @@ func (c *Client) InvokeTool(ctx context.Context, name string, args any, opts ...
 // ListTools returns the tools c's agent may call in c's run, as OpenAI
 // function-calling tools (GET /v1/tools?run_id=).
 func (c *Client) ListTools(ctx context.Context) ([]FunctionTool, error) {
+	if c == nil {
+		return nil, ErrNotConfigured
+	}
 	var q url.Values
 	if c.RunID != "" {
 		q = url.Values{"run_id": {c.RunID}}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -420,5 +421,24 @@ func TestToolCallGet(t *testing.T) {
 	}
 	if tc.Status != "pending" || tc.State != "WAITING_CLIENT" || tc.ToolName != "demo.weather" {
 		t.Errorf("ToolCall = %+v", tc)
+	}
+}
+
+// An agent run without AGENTPLANE_URL gets a nil Request.Client; its calls
+// say what to set instead of panicking.
+func TestNilClientIsNotConfigured(t *testing.T) {
+	var c *agentplane.Client
+	if _, err := c.Tools().Invoke(context.Background(), "demo.weather", nil); !errors.Is(err, agentplane.ErrNotConfigured) {
+		t.Fatalf("invoke: %v", err)
+	}
+	if _, err := c.Tools().List(context.Background()); !errors.Is(err, agentplane.ErrNotConfigured) {
+		t.Fatalf("list: %v", err)
+	}
+	if _, err := c.Transcript(context.Background(), ""); !errors.Is(err, agentplane.ErrNotConfigured) {
+		t.Fatalf("transcript: %v", err)
+	}
+	if err := c.Heartbeat(context.Background(), ""); !errors.Is(err, agentplane.ErrNotConfigured) ||
+		!strings.Contains(err.Error(), "AGENTPLANE_URL") || !strings.Contains(err.Error(), "AGENTPLANE_AGENT_KEY") {
+		t.Fatalf("heartbeat: %v", err)
 	}
 }

@@ -37,7 +37,7 @@ func main() {
 
 func run() error {
 	host := flag.String("host", "127.0.0.1", "address to listen on")
-	port := flag.Int("port", 9001, "port to listen on (0 picks a free one)")
+	port := flag.Int("port", 9004, "port to listen on (0 picks a free one)")
 	agentID := flag.String("agent-id", "echo", "agent id to register")
 	name := flag.String("name", "Echo agent (Go)", "display name to register")
 	endpoint := flag.String("endpoint", "", "URL the platform calls (default http://HOST:PORT)")

@@ -14,11 +14,17 @@ Inside a handler, ``req.client`` is a :class:`Client` bound to the run
 (transcript, context store, heartbeats) and ``OpenAI(**req.openai_kwargs())``
 sends LLM calls through the platform's proxy. ``req.client.tools.invoke(name,
 args)`` calls a tool, waiting through approvals and client tools, and raises
-:class:`ToolError` when the call fails.
+:class:`ToolError` for every failure of the call.
+
+Both need the platform's URL and this agent's key, which registration
+returns (``agentplane.register(...)["agent_api_key"]``, shown once): set
+``AGENTPLANE_URL`` and ``AGENTPLANE_AGENT_KEY``, or pass ``platform_url=`` and
+``agent_api_key=`` to :func:`serve`. Without them ``req.client`` raises
+:class:`NotConfiguredError` naming what is missing.
 """
 
 from .client import ENV_AGENT_KEY, ENV_URL, Client, register
-from .errors import AgentError, APIError
+from .errors import AgentError, APIError, NotConfiguredError
 from .server import CODE_AGENT_EXCEPTION, AgentServer, Request, State, serve
 from .tools import ToolError, Tools, tool_name_from_function
 
@@ -32,6 +38,7 @@ __all__ = [
     "Client",
     "ENV_AGENT_KEY",
     "ENV_URL",
+    "NotConfiguredError",
     "Request",
     "State",
     "ToolError",

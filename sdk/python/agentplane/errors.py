@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["AgentError", "APIError"]
+__all__ = ["AgentError", "APIError", "NotConfiguredError"]
 
 
 class AgentError(Exception):
@@ -37,3 +37,15 @@ class APIError(Exception):
         self.message = message
         self.status = status
         self.body = body
+
+
+class NotConfiguredError(RuntimeError):
+    """The agent has no way to call the platform: its URL or this agent's key is missing.
+
+    Raised by ``req.client`` and ``req.openai_kwargs()``. The message names
+    exactly what to set: ``AGENTPLANE_URL`` (the platform, e.g.
+    ``http://127.0.0.1:8080``) and ``AGENTPLANE_AGENT_KEY`` (the
+    ``agent_api_key`` that registering the agent returned), or the
+    ``platform_url=`` / ``agent_api_key=`` arguments of ``serve()`` and
+    :class:`AgentServer`.
+    """

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ._sse import KEEPALIVE, encode_event
 from .client import ENV_AGENT_KEY, ENV_URL, Client
-from .errors import AgentError
+from .errors import AgentError, NotConfiguredError
 
 __all__ = ["AgentServer", "Request", "State", "serve", "CODE_AGENT_EXCEPTION"]
 
@@ -58,13 +58,14 @@ class Request:
     transcript the platform chose to send, a list of ``{"role", "content"}``
     dicts ready for an OpenAI call), ``context`` (the raw context object),
     ``headers`` (case-insensitive), ``body`` (the decoded JSON body) and
-    ``client`` (a :class:`Client` bound to this run, or ``None`` when the
-    server knows no platform URL).
+    ``client`` (a :class:`Client` bound to this run; without a platform URL
+    and agent key reading it raises :class:`NotConfiguredError` saying what
+    to set — ``has_client`` tells without raising).
 
     Set ``usage`` to a JSON-serialisable dict to report it in ``done``.
     """
 
-    def __init__(self, body: Dict[str, Any], headers: Any, client: Optional[Client]) -> None:
+    def __init__(self, body: Dict[str, Any], headers: Any, client: Optional[Client], missing: str = "") -> None:
         ctx = body.get("context")
         ctx = ctx if isinstance(ctx, dict) else {}
         self.body = body
@@ -82,7 +83,8 @@ class Request:
         self.context: Dict[str, Any] = ctx
         self.user_id: str = _str(ctx.get("user_id"))
         self.traceparent: str = _str(headers.get("traceparent"))
-        self.client: Optional[Client] = client.bind(self.run_id, self.session_id, self.agent_id) if client else None
+        self._client: Optional[Client] = client.bind(self.run_id, self.session_id, self.agent_id) if client else None
+        self._missing = missing
         self.usage: Optional[Dict[str, Any]] = None
         self._cancel = threading.Event()
         self._cancel_lock = threading.Lock()
@@ -104,10 +106,25 @@ class Request:
         """
         return self._cancel.wait(timeout)
 
+    @property
+    def client(self) -> Client:
+        """A :class:`Client` bound to this run: tools, transcript, context store.
+
+        Raises :class:`NotConfiguredError` naming what is missing when the
+        server was given no platform URL or no agent key (an agent that is
+        never configured would otherwise fail later, and less clearly).
+        """
+        if self._client is None:
+            raise NotConfiguredError(self._missing or _not_configured(None, None))
+        return self._client
+
+    @property
+    def has_client(self) -> bool:
+        """Whether :attr:`client` is available (the platform URL and agent key are known)."""
+        return self._client is not None
+
     def openai_kwargs(self) -> Dict[str, Any]:
         """Keyword arguments for ``OpenAI(...)``: the platform's LLM proxy, this agent's key and this run's ids."""
-        if self.client is None:
-            raise RuntimeError(f"no platform client: set {ENV_URL} and {ENV_AGENT_KEY} (or pass platform_url/agent_api_key to the server)")
         return self.client.openai_kwargs()
 
     def _set_cancelled(self) -> None:
@@ -286,9 +303,9 @@ class AgentServer:
         self.stop()
 
     def _client(self) -> Optional[Client]:
-        if not self.platform_url:
+        if not self.platform_url or not self.agent_api_key:
             return None
-        return Client(self.platform_url, self.agent_api_key or "")
+        return Client(self.platform_url, self.agent_api_key)
 
     def _track(self, pump: "_Pump", add: bool) -> bool:
         with self._lock:
@@ -374,7 +391,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if not isinstance(body, dict):
             self._error(400, "bad_request", "body must be a JSON object")
             return
-        req = Request(body, self.headers, agent._client())
+        req = Request(body, self.headers, agent._client(), _not_configured(agent.platform_url, agent.agent_api_key))
         pump = _Pump(self.connection, self.wfile, agent.keepalive_interval, req._set_cancelled)
         if not agent._track(pump, True):
             pump.close()
@@ -567,6 +584,22 @@ def _peer_closed(sock: socket.socket) -> bool:
         return False
     except OSError:
         return True
+
+
+def _not_configured(platform_url: Optional[str], agent_api_key: Optional[str]) -> str:
+    """What an agent without a platform client must set, naming only what is missing."""
+    missing = []
+    if not platform_url:
+        missing.append(f"{ENV_URL} (the platform, e.g. http://127.0.0.1:8080)")
+    if not agent_api_key:
+        missing.append(f"{ENV_AGENT_KEY} (this agent's key: the agent_api_key that POST /v1/agents/register or agentplane.register() returned)")
+    if not missing:
+        return ""
+    return (
+        "req.client needs the platform's URL and this agent's key; set "
+        + " and ".join(missing)
+        + ", or pass platform_url=... and agent_api_key=... to agentplane.serve() / AgentServer"
+    )
 
 
 def _str(v: Any) -> str:

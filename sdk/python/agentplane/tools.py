@@ -11,9 +11,9 @@ that timed out.
 
 Each request is retried with the same idempotency key on connection errors
 and 502/503/504, at most :data:`MAX_ATTEMPTS` times with a jittered,
-doubling backoff; a 4xx is raised at once. The platform answers a repeated
-key (within the run) with the call the first request created, so a retry
-never runs a tool twice.
+doubling backoff; a 4xx is raised at once, as a :class:`ToolError`. The
+platform answers a repeated key (within the run) with the call the first
+request created, so a retry never runs a tool twice.
 """
 
 from __future__ import annotations
@@ -50,18 +50,29 @@ _INVOKE_SERVER_WAIT = 30.0
 _RETRY_STATUSES = (502, 503, 504)
 
 
-class ToolError(AgentError):
-    """A tool call that ended ``failed``: the platform answered, the call is over.
+class ToolError(AgentError, APIError):
+    """Every failure of a tool call: the platform refused it, or it ended ``failed``.
 
-    ``code`` is the platform's error code: the lower-case state
-    (``rejected``, ``blocked``, ``timeout``, ``expired``, ``cancelled``) or,
-    for ``FAILED``, the cause (``client_offline``, ``tool_http_error``,
-    ``tool_unreachable``, ``tool_protocol_error``, ``tool_error``,
-    ``failed``). ``state`` is the raw final state, ``tool_call_id`` the
-    call, ``detail`` the error's detail object (or ``None``).
+    ``code`` is the platform's error code:
 
-    It is an :class:`AgentError`: a handler that lets it escape ends its run
-    with the tool call's code, so an unhandled rejection reads as one.
+    - refused (a 4xx answer to the invoke or to a ``:wait``): the answer's
+      code — ``invalid_args`` (the arguments do not match the tool's
+      schema), ``tool_not_found``, ``forbidden``, ``run_not_active``…;
+      ``status`` is the HTTP status;
+    - ended failed: the lower-case state (``rejected``, ``blocked``,
+      ``timeout``, ``expired``, ``cancelled``) or, for ``FAILED``, the cause
+      (``client_offline``, ``tool_http_error``, ``tool_unreachable``,
+      ``tool_protocol_error``, ``tool_error``, ``failed``); ``status`` is 0.
+
+    ``state`` is the raw final state (``""`` for a refusal),
+    ``tool_call_id`` the call, ``detail`` the error's detail object (or
+    ``None``).
+
+    One hierarchy: it is an :class:`APIError` (``except APIError`` still
+    catches a refusal) and an :class:`AgentError` — a handler that lets it
+    escape ends its run with the tool call's code, so an unhandled rejection
+    reads as one. A platform still unreachable, or answering 5xx, after the
+    retries raises a plain :class:`APIError` (the call may still be running).
     """
 
     def __init__(
@@ -74,8 +85,15 @@ class ToolError(AgentError):
         state: str = "",
         detail: Any = None,
         approval_id: Optional[str] = None,
+        status: int = 0,
+        body: Optional[bytes] = None,
     ) -> None:
-        super().__init__(code, message)
+        # Both bases set the same attributes; neither __init__ is cooperative.
+        Exception.__init__(self, f"{code}: {message}" if message else code)
+        self.code = code
+        self.message = message
+        self.status = status
+        self.body = body
         self.tool_name = tool_name
         self.tool_call_id = tool_call_id
         self.state = state
@@ -86,6 +104,8 @@ class ToolError(AgentError):
         s = f"tool {self.tool_name} failed ({self.code})"
         if self.message:
             s += f": {self.message}"
+        if self.status:
+            s += f" (HTTP {self.status})"
         if self.tool_call_id:
             s += f" [tool call {self.tool_call_id}]"
         return s
@@ -144,9 +164,11 @@ class Tools:
         - ``on_pending``: called once with the invoke's answer (a dict with
           ``state``, ``approval_id``...) when the call does not end at once.
 
-        Raises :class:`ToolError` when the call ends failed, and
-        :class:`APIError` when the platform refuses the request (4xx) or
-        stays unreachable.
+        Raises :class:`ToolError` for every failure of the call: the
+        platform refused it (4xx: ``invalid_args``, ``tool_not_found``…) or
+        it ended failed (``rejected``, ``timeout``…). A platform that stays
+        unreachable or answers 5xx through every retry raises
+        :class:`APIError`.
         """
         if not self._client.run_id:
             raise ValueError("tools.invoke needs a run: use req.client, or bind the client to a run")
@@ -158,9 +180,12 @@ class Tools:
         }
         if timeout_ms is not None:
             body["timeout_ms"] = int(timeout_ms)
-        view = self._retrying(
-            "POST", f"/v1/tools/{_seg(name)}:invoke", body=body, server_wait=_INVOKE_SERVER_WAIT, deadline=deadline, what=f"tool {name}"
-        )
+        try:
+            view = self._retrying(
+                "POST", f"/v1/tools/{_seg(name)}:invoke", body=body, server_wait=_INVOKE_SERVER_WAIT, deadline=deadline, what=f"tool {name}"
+            )
+        except APIError as e:
+            raise _refused(name, "", e) from e
         if view.get("status") == "pending" and on_pending is not None:
             on_pending(view)
         while view.get("status") == "pending":
@@ -173,14 +198,17 @@ class Tools:
                 if left <= 0:
                     raise _still_pending(name, view, timeout)
                 wait_ms = max(1, min(wait_ms, int(left * 1000)))
-            view = self._retrying(
-                "POST",
-                f"/v1/tool_calls/{_seg(call_id)}:wait",
-                query={"timeout_ms": wait_ms},
-                server_wait=wait_ms / 1000.0,
-                deadline=deadline,
-                what=f"tool {name}",
-            )
+            try:
+                view = self._retrying(
+                    "POST",
+                    f"/v1/tool_calls/{_seg(call_id)}:wait",
+                    query={"timeout_ms": wait_ms},
+                    server_wait=wait_ms / 1000.0,
+                    deadline=deadline,
+                    what=f"tool {name}",
+                )
+            except APIError as e:
+                raise _refused(name, str(call_id), e) from e
             if view.get("status") != "pending":
                 break
             pause = _jitter(*self.wait_pause)
@@ -247,6 +275,13 @@ class Tools:
 def _transient(e: APIError) -> bool:
     """No answer at all, or a gateway's 502/503/504: worth sending again."""
     return (e.status == 0 and e.code == "connection_error") or e.status in _RETRY_STATUSES
+
+
+def _refused(name: str, tool_call_id: str, e: APIError) -> APIError:
+    """A 4xx answer about a tool call as its :class:`ToolError`; anything else as it is."""
+    if isinstance(e, ToolError) or not 400 <= e.status <= 499:
+        return e
+    return ToolError(e.code, e.message, tool_name=name, tool_call_id=tool_call_id, status=e.status, body=e.body)
 
 
 def _tool_error(name: str, view: Dict[str, Any]) -> ToolError:

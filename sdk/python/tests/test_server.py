@@ -139,10 +139,51 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(req.headers["x-custom"], "yes")
         self.assertEqual(req.input_message, {"role": "user", "content": "hi"})
         self.assertEqual(req.messages, body["messages"])
-        self.assertIsNone(req.client, "no platform URL configured, so no client")
+        self.assertFalse(req.has_client, "no platform URL configured, so no client")
         self.assertFalse(req.cancelled)
         with self.assertRaises(RuntimeError):
             req.openai_kwargs()
+
+    # -- the platform client ------------------------------------------------
+
+    def test_client_without_configuration_names_what_to_set(self) -> None:
+        # Issue 8 item 18: req.client was None, and the README's tool example died with
+        # AttributeError: 'NoneType' object has no attribute 'tools'.
+        for kwargs, want, not_want in [
+            ({}, ["AGENTPLANE_URL", "AGENTPLANE_AGENT_KEY", "platform_url=", "agent_api_key="], []),
+            ({"platform_url": "http://127.0.0.1:1"}, ["AGENTPLANE_AGENT_KEY", "agent_api_key", "register"], ["AGENTPLANE_URL ("]),
+            ({"agent_api_key": "ak_1"}, ["AGENTPLANE_URL"], ["AGENTPLANE_AGENT_KEY"]),
+        ]:
+            with self.subTest(kwargs=kwargs):
+                errors: List[BaseException] = []
+
+                def handler(req: agentplane.Request) -> str:
+                    self.assertFalse(req.has_client)
+                    try:
+                        req.client.tools.invoke("demo.weather", {"city": "Paris"})
+                    except agentplane.NotConfiguredError as e:
+                        errors.append(e)
+                        raise
+                    return "unreachable"
+
+                server = self.start(handler, **kwargs)
+                evs = events(server.port, {"agent_id": "a", "session_id": "s", "run_id": "r", "input_message": {"role": "user", "content": "hi"}})
+                self.assertEqual(len(errors), 1)
+                msg = str(errors[0])
+                for w in want:
+                    self.assertIn(w, msg)
+                for w in not_want:
+                    self.assertNotIn(w, msg)
+                self.assertIsInstance(errors[0], RuntimeError)
+                self.assertEqual(evs[-1][0], "error")
+
+    def test_client_with_configuration(self) -> None:
+        seen: List[agentplane.Request] = []
+        server = self.start(lambda req: seen.append(req) or "ok", platform_url="http://127.0.0.1:1", agent_api_key="ak_1")
+        events(server.port, {"agent_id": "a", "session_id": "s", "run_id": "r", "input_message": {"role": "user", "content": "hi"}})
+        req = seen[0]
+        self.assertTrue(req.has_client)
+        self.assertEqual((req.client.base_url, req.client.agent_api_key, req.client.run_id), ("http://127.0.0.1:1", "ak_1", "r"))
 
     # -- errors ------------------------------------------------------------
 

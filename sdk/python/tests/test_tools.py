@@ -115,7 +115,9 @@ class ToolsTest(unittest.TestCase):
         self.assertEqual(e.detail, {"reason": "no"})
         self.assertEqual(e.approval_id, "ap_1")
         self.assertIsInstance(e, agentplane.AgentError)
-        self.assertNotIsInstance(e, agentplane.APIError)
+        # One hierarchy: a ToolError is also an APIError; status 0 = the call ran and ended failed.
+        self.assertIsInstance(e, agentplane.APIError)
+        self.assertEqual(e.status, 0)
         self.assertIn("rejected", str(e))
 
     def test_failed_at_once_and_without_error_object(self) -> None:
@@ -163,19 +165,27 @@ class ToolsTest(unittest.TestCase):
         with self.assertRaises(agentplane.APIError) as cm:
             self.tools(p).invoke("demo.weather", {})
         self.assertEqual(cm.exception.status, 503)
+        self.assertNotIsInstance(cm.exception, agentplane.ToolError, "the call may still be running")
         self.assertEqual(len(p.requests), tools_mod.MAX_ATTEMPTS)
 
     def test_no_retry_on_4xx(self) -> None:
+        # A refusal is a ToolError with the platform's code (issue 8 item 18: invalid_args and
+        # tool_not_found were bare APIErrors, which `except ToolError` missed), and still an
+        # APIError.
         for status, code in [(400, "invalid_args"), (403, "forbidden"), (404, "tool_not_found"), (409, "idempotency_conflict"), (429, "rate_limited")]:
             with self.subTest(code=code):
                 p = self.platform({INVOKE: script(err(status, code))})
-                with self.assertRaises(agentplane.APIError) as cm:
+                with self.assertRaises(agentplane.ToolError) as cm:
                     self.tools(p).invoke("demo.weather", {})
-                self.assertEqual((cm.exception.status, cm.exception.code), (status, code))
+                e = cm.exception
+                self.assertEqual((e.status, e.code, e.tool_name, e.state), (status, code, "demo.weather", ""))
+                self.assertIsInstance(e, agentplane.APIError)
+                self.assertIn(code, str(e))
                 self.assertEqual(len(p.requests), 1)
         p = self.platform({INVOKE: script(view("pending", "WAITING_CLIENT")), WAIT: script(err(404, "not_found"))})
-        with self.assertRaises(agentplane.APIError):
+        with self.assertRaises(agentplane.ToolError) as cm:
             self.tools(p).invoke("demo.weather", {})
+        self.assertEqual((cm.exception.code, cm.exception.tool_call_id), ("not_found", "tc_1"))
         self.assertEqual(len(self.to(p, WAIT)), 1)
 
     def test_timeout_stops_the_loop(self) -> None:
