@@ -37,21 +37,34 @@ func (m *Manager) execute(ctx context.Context, run *store.Run, ag *store.Agent, 
 
 	var text strings.Builder
 	deltas := 0
+	// Appends are queued without waiting; pending counts those whose
+	// outcome is not known yet. A failure is noticed at the next event, and
+	// before the run's end is committed every outcome is awaited: a run whose
+	// output the log refused must not end DONE (issue 8).
 	var appendMu sync.Mutex
 	var appendErr error
-	onAppended := func(_ []store.Event, err error) {
+	var pending sync.WaitGroup
+	noteAppend := func(err error) {
 		if err != nil {
 			appendMu.Lock()
-			appendErr = err
+			if appendErr == nil {
+				appendErr = err
+			}
 			appendMu.Unlock()
 		}
 	}
-	handle := func(ev agent.StreamEvent) error {
+	onAppended := func(_ []store.Event, err error) {
+		noteAppend(err)
+		pending.Done()
+	}
+	appendFailed := func() error {
 		appendMu.Lock()
-		failed := appendErr
-		appendMu.Unlock()
-		if failed != nil {
-			return failed
+		defer appendMu.Unlock()
+		return appendErr
+	}
+	handle := func(ev agent.StreamEvent) error {
+		if err := appendFailed(); err != nil {
+			return err
 		}
 		var typ string
 		var payload []byte
@@ -83,10 +96,16 @@ func (m *Manager) execute(ctx context.Context, run *store.Run, ag *store.Agent, 
 		if a.ended {
 			return context.Canceled
 		}
-		return m.log.AppendAsync(context.Background(), onAppended, store.EventParams{
+		pending.Add(1)
+		err := m.log.AppendAsync(context.Background(), onAppended, store.EventParams{
 			SessionID: run.SessionID, RunID: run.RunID, TS: m.now(), Type: typ, Payload: payload,
 			IfRunActive: true,
 		})
+		if err != nil {
+			pending.Done()
+			noteAppend(err)
+		}
+		return err
 	}
 
 	res, err := m.opts.Invoker.Invoke(ctx, ag.Endpoint, agent.InvokeRequest{
@@ -106,27 +125,36 @@ func (m *Manager) execute(ctx context.Context, run *store.Run, ag *store.Agent, 
 	case errors.Is(cause, errCancelledByUser):
 		// Cancel already committed the terminal state.
 		log.Info("run cancelled", "deltas", deltas)
+		return
 	case errors.Is(cause, errEndedElsewhere):
 		// A tool call's failure already committed the terminal state.
 		log.Info("run ended by a tool call", "deltas", deltas)
+		return
 	case errors.Is(cause, errShutdown):
 		m.finishFailed(run, "platform_shutdown", "the platform shut down before the run finished", began, deltas)
-	case err != nil:
+		return
+	}
+	// Every queued append commits (or fails) before the run's end is
+	// submitted, so its outcome decides how the run ends. Waiting here, not
+	// in the same batch: a batch that fails is retried op by op, and the
+	// terminal op would then commit alone without the event that failed.
+	pending.Wait()
+	if failed := appendFailed(); failed != nil {
+		log.Error("the event log refused the run's output", "err", failed, "deltas", deltas)
+		m.finishFailed(run, "platform_error", "the event log could not record the agent's output; the run was stopped", began, deltas)
+		return
+	}
+	if err != nil {
 		code, msg := "agent_error", err.Error()
 		var ie *agent.InvokeError
 		if errors.As(err, &ie) {
 			code, msg = ie.Code, ie.Message
 		}
-		appendMu.Lock()
-		if appendErr != nil {
-			code, msg = "platform_error", "the event log could not record the run"
-		}
-		appendMu.Unlock()
 		log.Warn("run failed", "code", code, "err", err)
 		m.finishFailed(run, code, msg, began, deltas)
-	default:
-		m.finishDone(run, res, text.String(), began, deltas)
+		return
 	}
+	m.finishDone(run, res, text.String(), began, deltas)
 }
 
 func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, began time.Time, deltas int) {
