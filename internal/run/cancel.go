@@ -49,6 +49,10 @@ func (m *Manager) Cancel(ctx context.Context, p CancelParams) (*store.Run, error
 	if reason == "" {
 		reason = "cancelled by " + by
 	}
+	why := "the run was cancelled by " + by
+	if p.Reason != "" {
+		why += " (" + p.Reason + ")"
+	}
 	errJSON, _ := json.Marshal(map[string]string{"code": "cancelled", "message": reason})
 	payload, _ := json.Marshal(map[string]any{"state": store.RunCancelled, "detail": map[string]string{"reason": reason, "by": by}})
 	now := m.now()
@@ -59,7 +63,7 @@ func (m *Manager) Cancel(ctx context.Context, p CancelParams) (*store.Run, error
 		if err != nil {
 			return nil, err
 		}
-		cascade, err := m.onEnd(ctx, tx, run, now)
+		cascade, err := m.onEnd(ctx, tx, run, now, why)
 		if err != nil {
 			return nil, err
 		}

@@ -179,7 +179,7 @@ func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, beg
 			return nil, err
 		}
 		ok = true
-		cascade, err := m.onEnd(ctx, tx, run, now)
+		cascade, err := m.onEnd(ctx, tx, run, now, "the run finished")
 		if err != nil {
 			return nil, err
 		}
@@ -233,7 +233,7 @@ func (m *Manager) fail(ctx context.Context, run *store.Run, code, message string
 			return nil, err
 		}
 		ok = true
-		evs, err := m.onEnd(ctx, tx, run, now)
+		evs, err := m.onEnd(ctx, tx, run, now, "the run failed ("+code+")")
 		if err != nil {
 			return nil, err
 		}

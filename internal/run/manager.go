@@ -44,10 +44,10 @@ type Options struct {
 	Quiesce func(ctx context.Context, runID string)
 	// OnEnd, when set, runs inside the transaction that ends a run (DONE,
 	// FAILED or CANCELLED) and returns events to record before the run's
-	// own terminal event. The tool service cancels the run's waiting tool
-	// calls and approvals there, so the cascade commits with the run's end
-	// or not at all (DESIGN §2.4).
-	OnEnd func(ctx context.Context, tx store.Queries, run *store.Run, at int64) ([]store.EventParams, error)
+	// own terminal event; reason says in words how the run ended. The tool
+	// service ends the run's waiting tool calls and approvals there, so the
+	// cascade commits with the run's end or not at all (DESIGN §2.4).
+	OnEnd func(ctx context.Context, tx store.Queries, run *store.Run, at int64, reason string) ([]store.EventParams, error)
 }
 
 // Manager starts and drives runs.
@@ -222,11 +222,11 @@ func (m *Manager) Guard(runID string, fn func() (ended bool, err error)) error {
 }
 
 // onEnd returns the cascade events for a run ending at at (nil without a hook).
-func (m *Manager) onEnd(ctx context.Context, tx store.Queries, run *store.Run, at int64) ([]store.EventParams, error) {
+func (m *Manager) onEnd(ctx context.Context, tx store.Queries, run *store.Run, at int64, reason string) ([]store.EventParams, error) {
 	if m.opts.OnEnd == nil {
 		return nil, nil
 	}
-	return m.opts.OnEnd(ctx, tx, run, at)
+	return m.opts.OnEnd(ctx, tx, run, at, reason)
 }
 
 // movedElsewhere hears that other processes wrote into sessions (nil: any
