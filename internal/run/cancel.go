@@ -54,7 +54,7 @@ func (m *Manager) Cancel(ctx context.Context, p CancelParams) (*store.Run, error
 		why += " (" + p.Reason + ")"
 	}
 	errJSON, _ := json.Marshal(map[string]string{"code": "cancelled", "message": reason})
-	payload, _ := json.Marshal(map[string]any{"state": store.RunCancelled, "detail": map[string]string{"reason": reason, "by": by}})
+	payload, _ := json.Marshal(map[string]any{"state": store.RunCancelled, "detail": map[string]string{"reason": reason, "by": by}, "source": eventlog.StateSourcePlatform})
 	now := m.now()
 	var out *store.Run
 	_, err = m.log.Do(ctx, run.SessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {

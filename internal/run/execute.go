@@ -82,10 +82,13 @@ func (m *Manager) execute(ctx context.Context, run *store.Run, ag *store.Agent, 
 			if len(detail) == 0 {
 				detail = json.RawMessage("{}")
 			}
+			// source tells clients this is the agent's own state, whatever
+			// its name: only source "platform" states are the run's (issue 8).
 			payload, _ = json.Marshal(struct {
 				State  string          `json:"state"`
 				Detail json.RawMessage `json:"detail"`
-			}{ev.State, detail})
+				Source string          `json:"source"`
+			}{ev.State, detail, eventlog.StateSourceAgent})
 		default:
 			return nil
 		}

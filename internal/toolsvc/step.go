@@ -212,7 +212,7 @@ func (st *step) syncRun(c *store.ToolCall, extra map[string]any) error {
 	for k, v := range extra {
 		detail[k] = v
 	}
-	st.event(eventlog.TypeState, map[string]any{"state": want, "detail": detail})
+	st.event(eventlog.TypeState, map[string]any{"state": want, "detail": detail, "source": eventlog.StateSourcePlatform})
 	return nil
 }
 
