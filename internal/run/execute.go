@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -24,19 +25,19 @@ func (m *Manager) execute(ctx context.Context, run *store.Run, ag *store.Agent, 
 	a := m.active[run.RunID]
 	m.mu.Unlock()
 
-	msgs, err := m.st.MessagesList(ctx, &store.MessagesListParams{SessionID: run.SessionID, Limit: m.opts.TranscriptLimit})
+	transcript, err := m.loadTranscript(ctx, run.SessionID)
 	if err != nil {
 		log.Error("load transcript", "err", err)
 		m.finishFailed(run, "platform_error", "could not load the session transcript", began, 0)
 		return
 	}
-	transcript := make([]agent.Message, len(msgs))
-	for i, msg := range msgs {
-		transcript[i] = agent.Message{Role: msg.Role, Content: msg.Content}
-	}
 
+	// text is the answer for the transcript; the output bound keeps it
+	// (the only per-run copy of what the agent sent) at MaxOutputBytes.
 	var text strings.Builder
 	deltas := 0
+	var outBytes int64
+	outEvents := 0
 	// Appends are queued without waiting; pending counts those whose
 	// outcome is not known yet. A failure is noticed at the next event, and
 	// before the run's end is committed every outcome is awaited: a run whose
@@ -70,6 +71,9 @@ func (m *Manager) execute(ctx context.Context, run *store.Run, ag *store.Agent, 
 		var payload []byte
 		switch ev.Type {
 		case "delta":
+			if err := m.checkOutput(&outBytes, &outEvents, len(ev.Text)); err != nil {
+				return err
+			}
 			text.WriteString(ev.Text)
 			deltas++
 			typ = eventlog.TypeAgentStreamDelta
@@ -89,6 +93,9 @@ func (m *Manager) execute(ctx context.Context, run *store.Run, ag *store.Agent, 
 				Detail json.RawMessage `json:"detail"`
 				Source string          `json:"source"`
 			}{ev.State, detail, eventlog.StateSourceAgent})
+			if err := m.checkOutput(&outBytes, &outEvents, len(payload)); err != nil {
+				return err
+			}
 		default:
 			return nil
 		}
@@ -150,14 +157,41 @@ func (m *Manager) execute(ctx context.Context, run *store.Run, ag *store.Agent, 
 	if err != nil {
 		code, msg := "agent_error", err.Error()
 		var ie *agent.InvokeError
-		if errors.As(err, &ie) {
+		var oe *outputError
+		switch {
+		case errors.As(err, &ie):
 			code, msg = ie.Code, ie.Message
+		case errors.As(err, &oe):
+			code, msg = oe.code(), oe.Error()
 		}
 		log.Warn("run failed", "code", code, "err", err)
 		m.finishFailed(run, code, msg, began, deltas)
 		return
 	}
 	m.finishDone(run, res, text.String(), began, deltas)
+}
+
+// outputError says a run's output passed one of its bounds. Returned from
+// the stream handler, it closes the agent's request at once.
+type outputError struct{ what string }
+
+func (e *outputError) Error() string { return e.what }
+func (e *outputError) code() string  { return "output_too_large" }
+
+// checkOutput counts one more event of size bytes against the run's output
+// bounds (issue 8: an agent streaming 400 MB took the server to 2.4 GB).
+// The event that would pass a bound is refused, so what is recorded stays
+// within it.
+func (m *Manager) checkOutput(bytes *int64, events *int, size int) error {
+	if *events+1 > m.opts.MaxOutputEvents {
+		return &outputError{fmt.Sprintf("the agent sent more than %d delta and state events, the run's limit (AGENTPLANE_MAX_RUN_EVENTS)", m.opts.MaxOutputEvents)}
+	}
+	if *bytes+int64(size) > m.opts.MaxOutputBytes {
+		return &outputError{fmt.Sprintf("the agent's output passed %d bytes, the run's limit (AGENTPLANE_MAX_RUN_OUTPUT_BYTES)", m.opts.MaxOutputBytes)}
+	}
+	*events++
+	*bytes += int64(size)
+	return nil
 }
 
 func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, began time.Time, deltas int) {

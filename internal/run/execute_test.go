@@ -179,3 +179,95 @@ func TestAppendErrorBeforeDoneFailsTheRun(t *testing.T) {
 		}
 	})
 }
+
+// floodAgent streams deltas of size bytes (or, with states, state events)
+// until it has sent total bytes or the platform closes the request, then
+// done. closed reports whether the platform closed it first.
+func floodAgent(t *testing.T, size, total int, states bool) (*httptest.Server, chan bool) {
+	t.Helper()
+	closed := make(chan bool, 1)
+	chunk := strings.Repeat("x", size)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		for sent := 0; sent < total; sent += size {
+			var err error
+			if states {
+				_, err = fmt.Fprintf(w, "event: state\ndata: {\"state\":\"working\",\"detail\":{\"n\":%d}}\n\n", sent)
+			} else {
+				_, err = fmt.Fprintf(w, "event: delta\ndata: {\"text\":%q}\n\n", chunk)
+			}
+			if err == nil {
+				err = rc.Flush()
+			}
+			if err != nil || r.Context().Err() != nil {
+				closed <- true
+				return
+			}
+		}
+		fmt.Fprint(w, "event: done\ndata: {}\n\n")
+		closed <- false
+	}))
+	t.Cleanup(srv.Close)
+	return srv, closed
+}
+
+// An agent that streams past the run's output bound fails the run with
+// output_too_large, its request is closed, and what is recorded stays
+// within the bound (issue 8: 400 MB streamed took the server to 2.4 GB).
+func TestRunOutputIsBounded(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		for name, tc := range map[string]struct {
+			opts   Options
+			states bool
+			limit  string
+		}{
+			"bytes":  {opts: Options{MaxOutputBytes: 16 << 10}, limit: "AGENTPLANE_MAX_RUN_OUTPUT_BYTES"},
+			"events": {opts: Options{MaxOutputEvents: 25}, states: true, limit: "AGENTPLANE_MAX_RUN_EVENTS"},
+		} {
+			t.Run(name, func(t *testing.T) {
+				st := testdb.Open(t, dialect)
+				ag, closed := floodAgent(t, 1000, 8<<20, tc.states)
+				m := newTestManager(t, st, tc.opts, "a", ag.URL)
+				started, err := m.StartRun(context.Background(), StartParams{UserID: "u", AgentID: "a", Message: agent.Message{Role: "user", Content: "hi"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := waitEnded(t, st, started.Run.RunID)
+				var e struct{ Code, Message string }
+				json.Unmarshal(r.Error, &e)
+				if r.Status != store.RunFailed || e.Code != "output_too_large" || !strings.Contains(e.Message, tc.limit) {
+					t.Fatalf("run ended %s %s", r.Status, r.Error)
+				}
+				select {
+				case c := <-closed:
+					if !c {
+						t.Fatal("the agent sent everything: its request was not closed")
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("the agent's request is still open")
+				}
+				bytes, events := 0, 0
+				for _, ev := range runEvents(t, st, r.RunID) {
+					switch ev.Type {
+					case eventlog.TypeAgentStreamDelta:
+						var d struct{ Text string }
+						json.Unmarshal(ev.Payload, &d)
+						bytes += len(d.Text)
+						events++
+					case eventlog.TypeState:
+						bytes += len(ev.Payload)
+						events++
+					}
+				}
+				if tc.opts.MaxOutputBytes > 0 && (bytes > int(tc.opts.MaxOutputBytes) || bytes < int(tc.opts.MaxOutputBytes)-1000) {
+					t.Fatalf("recorded %d bytes of output, bound %d", bytes, tc.opts.MaxOutputBytes)
+				}
+				if tc.opts.MaxOutputEvents > 0 && events != tc.opts.MaxOutputEvents {
+					t.Fatalf("recorded %d events of output, bound %d", events, tc.opts.MaxOutputEvents)
+				}
+			})
+		}
+	})
+}

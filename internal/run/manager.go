@@ -30,6 +30,16 @@ type Options struct {
 	Logger     *slog.Logger
 	// TranscriptLimit is how many recent messages are sent as messages[].
 	TranscriptLimit int
+	// MaxTranscriptBytes bounds the content of messages[]: the newest
+	// messages that fit, the first one that does not cut with a marker.
+	// Default 1 MiB.
+	MaxTranscriptBytes int
+	// MaxOutputBytes and MaxOutputEvents bound what an agent may stream
+	// into one run (delta text and state events); past either the run
+	// fails output_too_large and the agent's request is closed. Defaults
+	// 8 MiB and 100,000.
+	MaxOutputBytes  int64
+	MaxOutputEvents int
 	// HeartbeatInterval and StaleAfter drive orphan detection across
 	// processes: an owner silent for StaleAfter is dead.
 	HeartbeatInterval time.Duration
@@ -96,6 +106,15 @@ func New(log *eventlog.Log, opts Options) *Manager {
 	}
 	if opts.TranscriptLimit <= 0 {
 		opts.TranscriptLimit = 200
+	}
+	if opts.MaxTranscriptBytes <= 0 {
+		opts.MaxTranscriptBytes = 1 << 20
+	}
+	if opts.MaxOutputBytes <= 0 {
+		opts.MaxOutputBytes = 8 << 20
+	}
+	if opts.MaxOutputEvents <= 0 {
+		opts.MaxOutputEvents = 100_000
 	}
 	if opts.HeartbeatInterval <= 0 {
 		opts.HeartbeatInterval = 5 * time.Second
