@@ -219,6 +219,10 @@ func TestLLMProxyRefusesEndedRuns(t *testing.T) {
 			if code, body := llmCall(s, keyF, runID, false); code != 200 {
 				t.Fatalf("LLM call for an active run: %d %v", code, body)
 			}
+			// Its record is written behind the call: let it land before the
+			// cancel (a call still in flight when its run ends is recorded
+			// when it ends, after the run's terminal event).
+			waitEvent(t, s, sid, "llm_call_done")
 			c.send(map[string]any{"type": "cancel_run", "request_id": "x", "run_id": runID})
 			c.untilEnd()
 			if code, body := llmCall(s, keyF, runID, true); code != http.StatusConflict || errCode(body) != "run_not_active" {
@@ -257,4 +261,17 @@ func TestLLMProxyRefusesRunEndedOnAnotherReplica(t *testing.T) {
 	if code, body := llmCall(b, key, runID, false); code != http.StatusConflict || errCode(body) != "run_not_active" {
 		t.Fatalf("LLM call on B for a run cancelled on A: %d %v", code, body)
 	}
+}
+
+// waitEvent waits until the session's log holds an event of type typ.
+func waitEvent(t *testing.T, s *server, sid, typ string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for _, e := range s.events("/v1/sessions/" + sid + "/events") {
+			if e["type"] == typ {
+				return
+			}
+		}
+	}
+	t.Fatalf("no %s in session %s", typ, sid)
 }
