@@ -168,6 +168,10 @@ def chat_once(ws: WebSocket, incoming: Iterator[Any], agent: str, text: str, ses
         elif t == "state":
             detail = m.get("detail") or {}
             print(f"[{m.get('state')}{(' ' + json.dumps(detail)) if detail else ''}] ", end="", flush=True)
+            # Only the platform's states are the run's; an agent may name its own anything.
+            if m.get("source") == "platform" and m.get("state") == "CANCELLED":
+                print()
+                return session_id
         elif t == "done":
             print(f"\n  (done, usage {json.dumps(m.get('usage') or {})})")
             return session_id

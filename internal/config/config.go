@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,6 +37,13 @@ type Config struct {
 	AgentIdleTimeout      time.Duration
 	HealthInterval        time.Duration
 	MaxFrameBytes         int
+
+	// Output bounds of one run (issue 8): what an agent may stream into a
+	// run, in bytes and in delta/state events, and how many bytes of
+	// transcript an agent is sent in messages[].
+	MaxRunOutputBytes  int64
+	MaxRunEvents       int
+	MaxTranscriptBytes int
 
 	File File // the YAML file, if any
 }
@@ -89,6 +97,25 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	fs.DurationVar(&c.AgentIdleTimeout, "agent-idle-timeout", 60*time.Second, "longest gap between an agent's SSE events")
 	fs.DurationVar(&c.HealthInterval, "health-interval", 15*time.Second, "how often agents' /health is probed")
 	fs.IntVar(&c.MaxFrameBytes, "max-frame-bytes", 1<<20, "largest WebSocket message accepted from a client")
+	var envErrs []error
+	envInt := func(name string, def int64) int64 {
+		v := getenv(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			envErrs = append(envErrs, fmt.Errorf("%s must be a whole number, got %q", name, v))
+			return def
+		}
+		return n
+	}
+	fs.Int64Var(&c.MaxRunOutputBytes, "max-run-output-bytes", envInt("AGENTPLANE_MAX_RUN_OUTPUT_BYTES", 8<<20), "bytes of deltas and states one run may stream before it fails output_too_large (AGENTPLANE_MAX_RUN_OUTPUT_BYTES)")
+	fs.IntVar(&c.MaxRunEvents, "max-run-events", int(envInt("AGENTPLANE_MAX_RUN_EVENTS", 100_000)), "delta and state events one run may stream before it fails output_too_large (AGENTPLANE_MAX_RUN_EVENTS)")
+	fs.IntVar(&c.MaxTranscriptBytes, "max-transcript-bytes", int(envInt("AGENTPLANE_MAX_TRANSCRIPT_BYTES", 1<<20)), "bytes of transcript content sent to an agent in messages[], newest first (AGENTPLANE_MAX_TRANSCRIPT_BYTES)")
+	if err := errors.Join(envErrs...); err != nil {
+		return nil, err
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -132,6 +159,15 @@ func (c *Config) validate() error {
 	}
 	if c.MaxFrameBytes < 1024 {
 		errs = append(errs, errors.New("--max-frame-bytes must be at least 1024"))
+	}
+	if c.MaxRunOutputBytes < 1024 {
+		errs = append(errs, errors.New("AGENTPLANE_MAX_RUN_OUTPUT_BYTES must be at least 1024"))
+	}
+	if c.MaxRunEvents < 1 {
+		errs = append(errs, errors.New("AGENTPLANE_MAX_RUN_EVENTS must be at least 1"))
+	}
+	if c.MaxTranscriptBytes < 1024 {
+		errs = append(errs, errors.New("AGENTPLANE_MAX_TRANSCRIPT_BYTES must be at least 1024"))
 	}
 	return errors.Join(errs...)
 }

@@ -77,3 +77,39 @@ func writeFile(t *testing.T, body string) string {
 	}
 	return p
 }
+
+// Run output bounds (issue 8): defaults, env, flags over env, refusals.
+func TestRunOutputBounds(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxRunOutputBytes != 8<<20 || c.MaxRunEvents != 100_000 || c.MaxTranscriptBytes != 1<<20 {
+		t.Fatalf("defaults %d %d %d", c.MaxRunOutputBytes, c.MaxRunEvents, c.MaxTranscriptBytes)
+	}
+	c, err = Load([]string{"--max-run-events", "7"}, env(map[string]string{
+		"AGENTPLANE_MAX_RUN_OUTPUT_BYTES": "65536", "AGENTPLANE_MAX_RUN_EVENTS": "9", "AGENTPLANE_MAX_TRANSCRIPT_BYTES": "4096",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxRunOutputBytes != 65536 || c.MaxRunEvents != 7 || c.MaxTranscriptBytes != 4096 {
+		t.Fatalf("from env and flags %d %d %d", c.MaxRunOutputBytes, c.MaxRunEvents, c.MaxTranscriptBytes)
+	}
+	for name, tc := range map[string]struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		"not a number": {env: map[string]string{"AGENTPLANE_MAX_RUN_OUTPUT_BYTES": "8MiB"}, want: "AGENTPLANE_MAX_RUN_OUTPUT_BYTES"},
+		"tiny output":  {args: []string{"--max-run-output-bytes", "10"}, want: "AGENTPLANE_MAX_RUN_OUTPUT_BYTES"},
+		"no events":    {env: map[string]string{"AGENTPLANE_MAX_RUN_EVENTS": "0"}, want: "AGENTPLANE_MAX_RUN_EVENTS"},
+		"tiny history": {args: []string{"--max-transcript-bytes", "100"}, want: "AGENTPLANE_MAX_TRANSCRIPT_BYTES"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := Load(tc.args, env(tc.env), io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+}

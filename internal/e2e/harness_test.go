@@ -298,7 +298,7 @@ func (c *client) read(timeout time.Duration) (map[string]any, error) {
 }
 
 // untilEnd reads messages until the run ends (done, an error with a seq,
-// or a CANCELLED state) and returns all of them.
+// or the platform's CANCELLED state) and returns all of them.
 func (c *client) untilEnd() []map[string]any {
 	c.t.Helper()
 	var got []map[string]any
@@ -318,7 +318,7 @@ func isEnd(m map[string]any) bool {
 	case "error":
 		return m["seq"] != nil
 	case "state":
-		return m["state"] == "CANCELLED"
+		return m["state"] == "CANCELLED" && m["source"] != "agent"
 	}
 	return false
 }

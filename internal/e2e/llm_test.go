@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -124,13 +125,13 @@ func TestLLMProxyAuthAndAttribution(t *testing.T) {
 		up := httptest.NewServer(fakellm.New(fakellm.Options{}))
 		t.Cleanup(up.Close)
 		s := startServerEnv(t, dsn, []string{"AGENTPLANE_LLM_BASE_URL=" + up.URL + "/v1", "AGENTPLANE_LLM_API_KEY=upstream-secret"})
-		ag := newScriptedAgent(t, modeStream, 2)
+		// The run stays active while its agent calls the LLM.
+		ag := newScriptedAgent(t, modeStreamForever, 0)
 		keyA := s.register("a", ag.URL)
 		keyB := s.register("b", ag.URL)
 		c := dial(t, s, "alice", "alice-key")
-		c.send(map[string]any{"type": "agent_invoke", "request_id": "r", "agent_id": "a", "message": map[string]any{"role": "user", "content": "hi"}})
-		msgs := c.untilEnd()
-		runID, sid := msgs[0]["run_id"].(string), msgs[0]["session_id"].(string)
+		started, _ := c.invokeUntilDeltas("a", 1)
+		runID, sid := started["run_id"].(string), started["session_id"].(string)
 		body := map[string]any{"model": "fake-gpt", "messages": []map[string]string{{"role": "user", "content": "ping"}}}
 
 		for name, tc := range map[string]struct {
@@ -186,7 +187,9 @@ func TestLLMProxyAuthAndAttribution(t *testing.T) {
 			raw, _ := json.Marshal(agentEvents)
 			t.Fatalf("agent session events: %s", raw)
 		}
-		// Users cannot use the agent session namespace.
+		// Users cannot use the agent session namespace (a fresh client:
+		// the first one still receives the run's deltas).
+		c = dial(t, s, "alice", "alice-key")
 		c.send(map[string]any{"type": "agent_invoke", "request_id": "x", "session_id": "agent:b", "agent_id": "a", "message": map[string]any{"role": "user", "content": "hi"}})
 		if m := c.next(); m["code"] != "invalid_session_id" {
 			t.Fatalf("user in agent session: %v", m)
@@ -202,4 +205,148 @@ func TestLLMProxyNotConfigured(t *testing.T) {
 	if code != http.StatusServiceUnavailable || errCode(body) != "llm_not_configured" {
 		t.Fatalf("%d %v", code, body)
 	}
+}
+
+// llmCall POSTs a chat completion as the agent with key for runID (raw
+// HTTP, as any OpenAI SDK would send it).
+func llmCall(s *server, key, runID string, stream bool) (int, map[string]any) {
+	s.t.Helper()
+	body := map[string]any{"model": "fake-gpt", "stream": stream, "messages": []map[string]string{{"role": "user", "content": "ping"}}}
+	if !stream {
+		return s.call("POST", "/v1/chat/completions", key, body, "x-run-id", runID)
+	}
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", strings.NewReader(string(b)))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("x-run-id", runID)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("llm call: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if resp.StatusCode != 200 {
+		if err := json.Unmarshal(raw, &out); err != nil {
+			s.t.Fatalf("error answer is not JSON: %q", raw)
+		}
+	}
+	return resp.StatusCode, out
+}
+
+// assertNoLLMEventsAfterEnd checks that nothing of an LLM call was logged
+// after the run's terminal event. A later run of the same session is the
+// barrier: the log commits a session's writes in order, so anything
+// queued for the ended run is committed once that run has ended.
+func assertNoLLMEventsAfterEnd(t *testing.T, s *server, c *client, agentID, sid, runID string) {
+	t.Helper()
+	c.send(map[string]any{"type": "agent_invoke", "request_id": "barrier", "session_id": sid, "agent_id": agentID, "message": map[string]any{"role": "user", "content": "again"}})
+	c.untilEnd()
+	ended := false
+	for _, e := range s.events("/v1/sessions/" + sid + "/events") {
+		if e["run_id"] != runID {
+			continue
+		}
+		switch typ := e["type"].(string); {
+		case typ == "run_done" || typ == "run_failed" || typ == "run_cancelled":
+			ended = true
+		case ended:
+			t.Fatalf("%s logged after the run ended: %v", typ, e)
+		}
+	}
+	if !ended {
+		t.Fatalf("run %s has no terminal event", runID)
+	}
+}
+
+// The LLM proxy refuses x-run-id of a run that has ended (409
+// run_not_active, as the tool API does) and logs nothing for it: the run's
+// trace ends with its terminal event.
+func TestLLMProxyRefusesEndedRuns(t *testing.T) {
+	eachStore(t, func(t *testing.T, dsn string) {
+		up := httptest.NewServer(fakellm.New(fakellm.Options{}))
+		t.Cleanup(up.Close)
+		s := startServerEnv(t, dsn, []string{"AGENTPLANE_LLM_BASE_URL=" + up.URL + "/v1"})
+		key := s.register("a", newScriptedAgent(t, modeStream, 2).URL)
+		keyF := s.register("forever", newScriptedAgent(t, modeStreamForever, 0).URL)
+		c := dial(t, s, "alice", "alice-key")
+
+		t.Run("done", func(t *testing.T) {
+			c.send(map[string]any{"type": "agent_invoke", "request_id": "r", "agent_id": "a", "message": map[string]any{"role": "user", "content": "hi"}})
+			msgs := c.untilEnd()
+			runID, sid := sv(msgs[0], "run_id"), sv(msgs[0], "session_id")
+			if msgs[len(msgs)-1]["type"] != "done" {
+				t.Fatalf("run ended %v", msgs[len(msgs)-1])
+			}
+			for _, stream := range []bool{false, true} {
+				if code, body := llmCall(s, key, runID, stream); code != http.StatusConflict || errCode(body) != "run_not_active" {
+					t.Fatalf("LLM call (stream %v) for a DONE run: %d %v", stream, code, body)
+				}
+			}
+			assertNoLLMEventsAfterEnd(t, s, c, "a", sid, runID)
+		})
+
+		t.Run("cancelled", func(t *testing.T) {
+			// A call while the run is active is served (and its status is
+			// cached); the cancel must still be seen by the next call.
+			started, _ := c.invokeUntilDeltas("forever", 1)
+			runID, sid := sv(started, "run_id"), sv(started, "session_id")
+			if code, body := llmCall(s, keyF, runID, false); code != 200 {
+				t.Fatalf("LLM call for an active run: %d %v", code, body)
+			}
+			// Its record is written behind the call: let it land before the
+			// cancel (a call still in flight when its run ends is recorded
+			// when it ends, after the run's terminal event).
+			waitEvent(t, s, sid, "llm_call_done")
+			c.send(map[string]any{"type": "cancel_run", "request_id": "x", "run_id": runID})
+			c.untilEnd()
+			if code, body := llmCall(s, keyF, runID, true); code != http.StatusConflict || errCode(body) != "run_not_active" {
+				t.Fatalf("LLM call for a cancelled run: %d %v", code, body)
+			}
+			c2 := dial(t, s, "alice", "alice-key")
+			c2.send(map[string]any{"type": "subscribe", "session_id": sid, "after_seq": 0})
+			c2.untilEnd()
+			assertNoLLMEventsAfterEnd(t, s, c2, "a", sid, runID)
+		})
+	})
+}
+
+// Across replicas: replica B served an LLM call of a run driven by A; once
+// A cancels the run, B refuses the next call (B hears of the end through
+// the PostgreSQL notification, as its clients do).
+func TestLLMProxyRefusesRunEndedOnAnotherReplica(t *testing.T) {
+	dsn := testdbDSN(t, "postgres")
+	up := httptest.NewServer(fakellm.New(fakellm.Options{}))
+	t.Cleanup(up.Close)
+	env := []string{"AGENTPLANE_LLM_BASE_URL=" + up.URL + "/v1"}
+	a := startServerEnv(t, dsn, env, "--instance-id", "llm-a")
+	b := startServerEnv(t, dsn, env, "--instance-id", "llm-b")
+	key := a.register("forever", newScriptedAgent(t, modeStreamForever, 0).URL)
+	ca := dial(t, a, "alice", "alice-key")
+	started, _ := ca.invokeUntilDeltas("forever", 1)
+	runID, sid := sv(started, "run_id"), sv(started, "session_id")
+	if code, body := llmCall(b, key, runID, false); code != 200 {
+		t.Fatalf("LLM call on B for an active run: %d %v", code, body)
+	}
+	cb := dial(t, b, "alice", "alice-key")
+	cb.send(map[string]any{"type": "subscribe", "session_id": sid, "after_seq": 0})
+	ca.send(map[string]any{"type": "cancel_run", "request_id": "x", "run_id": runID})
+	ca.untilEnd()
+	cb.untilEnd() // B has heard of the end
+	if code, body := llmCall(b, key, runID, false); code != http.StatusConflict || errCode(body) != "run_not_active" {
+		t.Fatalf("LLM call on B for a run cancelled on A: %d %v", code, body)
+	}
+}
+
+// waitEvent waits until the session's log holds an event of type typ.
+func waitEvent(t *testing.T, s *server, sid, typ string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for _, e := range s.events("/v1/sessions/" + sid + "/events") {
+			if e["type"] == typ {
+				return
+			}
+		}
+	}
+	t.Fatalf("no %s in session %s", typ, sid)
 }

@@ -186,16 +186,19 @@ func (l *Log) Notified(origin string, sessionIDs []string) {
 	if sessionIDs != nil && origin == l.origin {
 		return
 	}
+	// Observers first: once a subscriber here has seen another process's
+	// event, this process's caches have heard of it too (the LLM proxy
+	// refuses a run a client has just seen end).
+	l.obsMu.RLock()
+	for _, fn := range l.remote {
+		fn(sessionIDs)
+	}
+	l.obsMu.RUnlock()
 	if sessionIDs == nil {
 		l.hub.PokeAll()
 	}
 	for _, s := range sessionIDs {
 		l.hub.Poke(s)
-	}
-	l.obsMu.RLock()
-	defer l.obsMu.RUnlock()
-	for _, fn := range l.remote {
-		fn(sessionIDs)
 	}
 }
 

@@ -7,11 +7,11 @@ const (
 	TypeRunStarted         = "run_started"          // {request_id, agent_id, message, traceparent}
 	TypeRunDone            = "run_done"             // {usage, total_cost}
 	TypeRunFailed          = "run_failed"           // {code, message}
-	TypeRunCancelled       = "run_cancelled"        // {state:"CANCELLED", detail:{reason, by}}
+	TypeRunCancelled       = "run_cancelled"        // {state:"CANCELLED", detail:{reason, by}, source:"platform"}
 	TypeAgentInvokeStarted = "agent_invoke_started" // {agent_id, endpoint}
 	TypeAgentStreamDelta   = "agent_stream_delta"   // {text}
 	TypeAgentInvokeDone    = "agent_invoke_done"    // {ok, error?, duration_ms, deltas}
-	TypeState              = "state"                // {state, detail}
+	TypeState              = "state"                // {state, detail, source}
 	TypeLLMCallStarted     = "llm_call_started"
 	TypeLLMCallDone        = "llm_call_done"
 )
@@ -27,4 +27,14 @@ const (
 	TypeToolDispatched   = "tool_dispatched"   // {tool_call_id, tool_name, kind, attempt, deadline_at}
 	TypeToolRequest      = "tool_request"      // {tool_call_id, tool_name, args, deadline_ts}
 	TypeToolResult       = "tool_result"       // {tool_call_id, tool_name, state, status, result?, error?, duration_ms, exec_ms}
+)
+
+// Sources of a state event (and of run_cancelled, which clients receive as
+// a state). The platform's run states and an agent's own states share the
+// "state" message, and an agent may name its states anything — "CANCELLED"
+// too — so every one says whose it is, and clients take the run's status
+// from source "platform" only (issue 8).
+const (
+	StateSourcePlatform = "platform"
+	StateSourceAgent    = "agent"
 )

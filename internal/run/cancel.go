@@ -49,8 +49,12 @@ func (m *Manager) Cancel(ctx context.Context, p CancelParams) (*store.Run, error
 	if reason == "" {
 		reason = "cancelled by " + by
 	}
+	why := "the run was cancelled by " + by
+	if p.Reason != "" {
+		why += " (" + p.Reason + ")"
+	}
 	errJSON, _ := json.Marshal(map[string]string{"code": "cancelled", "message": reason})
-	payload, _ := json.Marshal(map[string]any{"state": store.RunCancelled, "detail": map[string]string{"reason": reason, "by": by}})
+	payload, _ := json.Marshal(map[string]any{"state": store.RunCancelled, "detail": map[string]string{"reason": reason, "by": by}, "source": eventlog.StateSourcePlatform})
 	now := m.now()
 	var out *store.Run
 	_, err = m.log.Do(ctx, run.SessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
@@ -59,7 +63,7 @@ func (m *Manager) Cancel(ctx context.Context, p CancelParams) (*store.Run, error
 		if err != nil {
 			return nil, err
 		}
-		cascade, err := m.onEnd(ctx, tx, run, now)
+		cascade, err := m.onEnd(ctx, tx, run, now, why)
 		if err != nil {
 			return nil, err
 		}

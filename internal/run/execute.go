@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -24,39 +25,55 @@ func (m *Manager) execute(ctx context.Context, run *store.Run, ag *store.Agent, 
 	a := m.active[run.RunID]
 	m.mu.Unlock()
 
-	msgs, err := m.st.MessagesList(ctx, &store.MessagesListParams{SessionID: run.SessionID, Limit: m.opts.TranscriptLimit})
+	transcript, err := m.loadTranscript(ctx, run.SessionID)
 	if err != nil {
 		log.Error("load transcript", "err", err)
 		m.finishFailed(run, "platform_error", "could not load the session transcript", began, 0)
 		return
 	}
-	transcript := make([]agent.Message, len(msgs))
-	for i, msg := range msgs {
-		transcript[i] = agent.Message{Role: msg.Role, Content: msg.Content}
-	}
 
+	// text is the answer for the transcript; the output bound keeps it
+	// (the only per-run copy of what the agent sent) at MaxOutputBytes.
 	var text strings.Builder
 	deltas := 0
+	var outBytes int64
+	outEvents := 0
+	// Appends are queued without waiting; pending counts those whose
+	// outcome is not known yet. A failure is noticed at the next event, and
+	// before the run's end is committed every outcome is awaited: a run whose
+	// output the log refused must not end DONE (issue 8).
 	var appendMu sync.Mutex
 	var appendErr error
-	onAppended := func(_ []store.Event, err error) {
+	var pending sync.WaitGroup
+	noteAppend := func(err error) {
 		if err != nil {
 			appendMu.Lock()
-			appendErr = err
+			if appendErr == nil {
+				appendErr = err
+			}
 			appendMu.Unlock()
 		}
 	}
-	handle := func(ev agent.StreamEvent) error {
+	onAppended := func(_ []store.Event, err error) {
+		noteAppend(err)
+		pending.Done()
+	}
+	appendFailed := func() error {
 		appendMu.Lock()
-		failed := appendErr
-		appendMu.Unlock()
-		if failed != nil {
-			return failed
+		defer appendMu.Unlock()
+		return appendErr
+	}
+	handle := func(ev agent.StreamEvent) error {
+		if err := appendFailed(); err != nil {
+			return err
 		}
 		var typ string
 		var payload []byte
 		switch ev.Type {
 		case "delta":
+			if err := m.checkOutput(&outBytes, &outEvents, len(ev.Text)); err != nil {
+				return err
+			}
 			text.WriteString(ev.Text)
 			deltas++
 			typ = eventlog.TypeAgentStreamDelta
@@ -69,10 +86,16 @@ func (m *Manager) execute(ctx context.Context, run *store.Run, ag *store.Agent, 
 			if len(detail) == 0 {
 				detail = json.RawMessage("{}")
 			}
+			// source tells clients this is the agent's own state, whatever
+			// its name: only source "platform" states are the run's (issue 8).
 			payload, _ = json.Marshal(struct {
 				State  string          `json:"state"`
 				Detail json.RawMessage `json:"detail"`
-			}{ev.State, detail})
+				Source string          `json:"source"`
+			}{ev.State, detail, eventlog.StateSourceAgent})
+			if err := m.checkOutput(&outBytes, &outEvents, len(payload)); err != nil {
+				return err
+			}
 		default:
 			return nil
 		}
@@ -83,10 +106,16 @@ func (m *Manager) execute(ctx context.Context, run *store.Run, ag *store.Agent, 
 		if a.ended {
 			return context.Canceled
 		}
-		return m.log.AppendAsync(context.Background(), onAppended, store.EventParams{
+		pending.Add(1)
+		err := m.log.AppendAsync(context.Background(), onAppended, store.EventParams{
 			SessionID: run.SessionID, RunID: run.RunID, TS: m.now(), Type: typ, Payload: payload,
 			IfRunActive: true,
 		})
+		if err != nil {
+			pending.Done()
+			noteAppend(err)
+		}
+		return err
 	}
 
 	res, err := m.opts.Invoker.Invoke(ctx, ag.Endpoint, agent.InvokeRequest{
@@ -106,27 +135,63 @@ func (m *Manager) execute(ctx context.Context, run *store.Run, ag *store.Agent, 
 	case errors.Is(cause, errCancelledByUser):
 		// Cancel already committed the terminal state.
 		log.Info("run cancelled", "deltas", deltas)
+		return
 	case errors.Is(cause, errEndedElsewhere):
 		// A tool call's failure already committed the terminal state.
 		log.Info("run ended by a tool call", "deltas", deltas)
+		return
 	case errors.Is(cause, errShutdown):
 		m.finishFailed(run, "platform_shutdown", "the platform shut down before the run finished", began, deltas)
-	case err != nil:
+		return
+	}
+	// Every queued append commits (or fails) before the run's end is
+	// submitted, so its outcome decides how the run ends. Waiting here, not
+	// in the same batch: a batch that fails is retried op by op, and the
+	// terminal op would then commit alone without the event that failed.
+	pending.Wait()
+	if failed := appendFailed(); failed != nil {
+		log.Error("the event log refused the run's output", "err", failed, "deltas", deltas)
+		m.finishFailed(run, "platform_error", "the event log could not record the agent's output; the run was stopped", began, deltas)
+		return
+	}
+	if err != nil {
 		code, msg := "agent_error", err.Error()
 		var ie *agent.InvokeError
-		if errors.As(err, &ie) {
+		var oe *outputError
+		switch {
+		case errors.As(err, &ie):
 			code, msg = ie.Code, ie.Message
+		case errors.As(err, &oe):
+			code, msg = oe.code(), oe.Error()
 		}
-		appendMu.Lock()
-		if appendErr != nil {
-			code, msg = "platform_error", "the event log could not record the run"
-		}
-		appendMu.Unlock()
 		log.Warn("run failed", "code", code, "err", err)
 		m.finishFailed(run, code, msg, began, deltas)
-	default:
-		m.finishDone(run, res, text.String(), began, deltas)
+		return
 	}
+	m.finishDone(run, res, text.String(), began, deltas)
+}
+
+// outputError says a run's output passed one of its bounds. Returned from
+// the stream handler, it closes the agent's request at once.
+type outputError struct{ what string }
+
+func (e *outputError) Error() string { return e.what }
+func (e *outputError) code() string  { return "output_too_large" }
+
+// checkOutput counts one more event of size bytes against the run's output
+// bounds (issue 8: an agent streaming 400 MB took the server to 2.4 GB).
+// The event that would pass a bound is refused, so what is recorded stays
+// within it.
+func (m *Manager) checkOutput(bytes *int64, events *int, size int) error {
+	if *events+1 > m.opts.MaxOutputEvents {
+		return &outputError{fmt.Sprintf("the agent sent more than %d delta and state events, the run's limit (AGENTPLANE_MAX_RUN_EVENTS)", m.opts.MaxOutputEvents)}
+	}
+	if *bytes+int64(size) > m.opts.MaxOutputBytes {
+		return &outputError{fmt.Sprintf("the agent's output passed %d bytes, the run's limit (AGENTPLANE_MAX_RUN_OUTPUT_BYTES)", m.opts.MaxOutputBytes)}
+	}
+	*events++
+	*bytes += int64(size)
+	return nil
 }
 
 func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, began time.Time, deltas int) {
@@ -151,7 +216,7 @@ func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, beg
 			return nil, err
 		}
 		ok = true
-		cascade, err := m.onEnd(ctx, tx, run, now)
+		cascade, err := m.onEnd(ctx, tx, run, now, "the run finished")
 		if err != nil {
 			return nil, err
 		}
@@ -205,7 +270,7 @@ func (m *Manager) fail(ctx context.Context, run *store.Run, code, message string
 			return nil, err
 		}
 		ok = true
-		evs, err := m.onEnd(ctx, tx, run, now)
+		evs, err := m.onEnd(ctx, tx, run, now, "the run failed ("+code+")")
 		if err != nil {
 			return nil, err
 		}

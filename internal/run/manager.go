@@ -30,6 +30,16 @@ type Options struct {
 	Logger     *slog.Logger
 	// TranscriptLimit is how many recent messages are sent as messages[].
 	TranscriptLimit int
+	// MaxTranscriptBytes bounds the content of messages[]: the newest
+	// messages that fit, the first one that does not cut with a marker.
+	// Default 1 MiB.
+	MaxTranscriptBytes int
+	// MaxOutputBytes and MaxOutputEvents bound what an agent may stream
+	// into one run (delta text and state events); past either the run
+	// fails output_too_large and the agent's request is closed. Defaults
+	// 8 MiB and 100,000.
+	MaxOutputBytes  int64
+	MaxOutputEvents int
 	// HeartbeatInterval and StaleAfter drive orphan detection across
 	// processes: an owner silent for StaleAfter is dead.
 	HeartbeatInterval time.Duration
@@ -44,10 +54,10 @@ type Options struct {
 	Quiesce func(ctx context.Context, runID string)
 	// OnEnd, when set, runs inside the transaction that ends a run (DONE,
 	// FAILED or CANCELLED) and returns events to record before the run's
-	// own terminal event. The tool service cancels the run's waiting tool
-	// calls and approvals there, so the cascade commits with the run's end
-	// or not at all (DESIGN §2.4).
-	OnEnd func(ctx context.Context, tx store.Queries, run *store.Run, at int64) ([]store.EventParams, error)
+	// own terminal event; reason says in words how the run ended. The tool
+	// service ends the run's waiting tool calls and approvals there, so the
+	// cascade commits with the run's end or not at all (DESIGN §2.4).
+	OnEnd func(ctx context.Context, tx store.Queries, run *store.Run, at int64, reason string) ([]store.EventParams, error)
 }
 
 // Manager starts and drives runs.
@@ -96,6 +106,15 @@ func New(log *eventlog.Log, opts Options) *Manager {
 	}
 	if opts.TranscriptLimit <= 0 {
 		opts.TranscriptLimit = 200
+	}
+	if opts.MaxTranscriptBytes <= 0 {
+		opts.MaxTranscriptBytes = 1 << 20
+	}
+	if opts.MaxOutputBytes <= 0 {
+		opts.MaxOutputBytes = 8 << 20
+	}
+	if opts.MaxOutputEvents <= 0 {
+		opts.MaxOutputEvents = 100_000
 	}
 	if opts.HeartbeatInterval <= 0 {
 		opts.HeartbeatInterval = 5 * time.Second
@@ -222,11 +241,11 @@ func (m *Manager) Guard(runID string, fn func() (ended bool, err error)) error {
 }
 
 // onEnd returns the cascade events for a run ending at at (nil without a hook).
-func (m *Manager) onEnd(ctx context.Context, tx store.Queries, run *store.Run, at int64) ([]store.EventParams, error) {
+func (m *Manager) onEnd(ctx context.Context, tx store.Queries, run *store.Run, at int64, reason string) ([]store.EventParams, error) {
 	if m.opts.OnEnd == nil {
 		return nil, nil
 	}
-	return m.opts.OnEnd(ctx, tx, run, at)
+	return m.opts.OnEnd(ctx, tx, run, at, reason)
 }
 
 // movedElsewhere hears that other processes wrote into sessions (nil: any

@@ -46,6 +46,14 @@ type llmBridge struct {
 	runs     map[string]runOwner // run id -> owner; immutable facts, safe to cache
 	sessions map[string]bool     // agent sessions known to exist
 	inflight map[string]*calls   // run id -> LLM calls started but not yet recorded as done
+	// active holds the cached runs last read active, by session, until
+	// something says they may have ended: their terminal event committed
+	// here, or a notification that another process wrote to their session.
+	// A run not in it has its status read from the store (issue 8: calls
+	// for an ended run are refused). epoch counts those signals, so a
+	// store read that raced one is not cached as active.
+	active map[string]map[string]bool // session id -> run ids
+	epoch  uint64
 }
 
 // calls counts a run's unfinished LLM calls; idle is closed when it drops
@@ -55,19 +63,109 @@ type calls struct {
 	idle chan struct{}
 }
 
-type runOwner struct{ agentID, sessionID string }
+type runOwner struct {
+	agentID, sessionID string
+	ended              bool // once true, for good
+}
 
 // runCacheMax bounds the run cache; it is simply reset when full.
 const runCacheMax = 100_000
 
 func newLLMBridge(keys *auth.Keys, st store.Store, log *eventlog.Log, lg *slog.Logger) *llmBridge {
-	return &llmBridge{keys: keys, st: st, log: log, lg: lg, runs: map[string]runOwner{}, sessions: map[string]bool{}, inflight: map[string]*calls{}}
+	b := &llmBridge{keys: keys, st: st, log: log, lg: lg, runs: map[string]runOwner{}, sessions: map[string]bool{}, inflight: map[string]*calls{}, active: map[string]map[string]bool{}}
+	log.Observe(b.committed, b.notified)
+	return b
+}
+
+// errRunNotActive answers a call naming a run that has ended, as the tool
+// API does.
+func errRunNotActive(runID string) error {
+	return &llmproxy.Error{Status: http.StatusConflict, Code: "run_not_active", Message: "run " + runID + " has already ended"}
+}
+
+// committed sees this process's commits: a run's terminal event marks it
+// ended at once.
+func (b *llmBridge) committed(evs []store.Event) {
+	for i := range evs {
+		switch evs[i].Type {
+		case eventlog.TypeRunDone, eventlog.TypeRunFailed, eventlog.TypeRunCancelled:
+		default:
+			continue
+		}
+		e := &evs[i]
+		b.mu.Lock()
+		b.epoch++
+		if o, ok := b.runs[e.RunID]; ok {
+			o.ended = true
+			b.runs[e.RunID] = o
+		}
+		if set := b.active[e.SessionID]; set != nil {
+			delete(set, e.RunID)
+			if len(set) == 0 {
+				delete(b.active, e.SessionID)
+			}
+		}
+		b.mu.Unlock()
+	}
+}
+
+// notified hears that other processes wrote to sessions (nil: any): their
+// runs may have ended there, so their status is read again.
+func (b *llmBridge) notified(sessionIDs []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.epoch++
+	if sessionIDs == nil {
+		clear(b.active)
+		return
+	}
+	for _, sid := range sessionIDs {
+		delete(b.active, sid)
+	}
+}
+
+// runStatus returns runID's owner and whether it has ended, from the cache
+// when it is sure, else from the store.
+func (b *llmBridge) runStatus(ctx context.Context, runID string) (runOwner, error) {
+	b.mu.Lock()
+	o, ok := b.runs[runID]
+	sure := ok && (o.ended || b.active[o.sessionID][runID])
+	epoch := b.epoch
+	b.mu.Unlock()
+	if sure {
+		return o, nil
+	}
+	rn, err := b.st.RunGet(ctx, runID)
+	if err != nil {
+		return runOwner{}, err
+	}
+	o = runOwner{agentID: rn.AgentID, sessionID: rn.SessionID, ended: store.RunIsTerminal(rn.Status)}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.runs) >= runCacheMax {
+		b.runs = map[string]runOwner{}
+		clear(b.active)
+	}
+	if cur, ok := b.runs[runID]; ok && cur.ended {
+		o.ended = true // ended while we read
+	}
+	b.runs[runID] = o
+	if !o.ended && b.epoch == epoch {
+		set := b.active[o.sessionID]
+		if set == nil {
+			set = map[string]bool{}
+			b.active[o.sessionID] = set
+		}
+		set[runID] = true
+	}
+	return o, nil
 }
 
 // authenticate is the proxy's Authenticator: an agent key, and when
-// x-run-id is sent, a run of that agent (and x-session-id, if sent, its
-// session). The run lookup is cached so the hot path rarely touches the
-// database.
+// x-run-id is sent, an active run of that agent (and x-session-id, if sent,
+// its session); a run that has ended is refused with 409 run_not_active.
+// The run lookup is cached, its status until the run may have moved (see
+// llmBridge.active), so the hot path rarely touches the database.
 func (b *llmBridge) authenticate(r *http.Request) (llmproxy.Caller, error) {
 	p, err := b.keys.Request(r)
 	if err != nil {
@@ -83,30 +181,22 @@ func (b *llmBridge) authenticate(r *http.Request) (llmproxy.Caller, error) {
 	if runID == "" {
 		return llmproxy.Caller{AgentID: p.AgentID}, nil
 	}
-	b.mu.Lock()
-	o, ok := b.runs[runID]
-	b.mu.Unlock()
-	if !ok {
-		rn, err := b.st.RunGet(r.Context(), runID)
-		if errors.Is(err, store.ErrNotFound) {
-			return llmproxy.Caller{}, &llmproxy.Error{Status: http.StatusForbidden, Code: "forbidden", Message: "run " + runID + " is not this agent's"}
-		}
-		if err != nil {
-			return llmproxy.Caller{}, err
-		}
-		o = runOwner{agentID: rn.AgentID, sessionID: rn.SessionID}
-		b.mu.Lock()
-		if len(b.runs) >= runCacheMax {
-			b.runs = map[string]runOwner{}
-		}
-		b.runs[runID] = o
-		b.mu.Unlock()
+	o, err := b.runStatus(r.Context(), runID)
+	if errors.Is(err, store.ErrNotFound) {
+		return llmproxy.Caller{}, &llmproxy.Error{Status: http.StatusForbidden, Code: "forbidden", Message: "run " + runID + " is not this agent's"}
+	}
+	if err != nil {
+		return llmproxy.Caller{}, err
 	}
 	if o.agentID != p.AgentID {
 		return llmproxy.Caller{}, &llmproxy.Error{Status: http.StatusForbidden, Code: "forbidden", Message: "run " + runID + " is not this agent's"}
 	}
 	if sid := r.Header.Get("x-session-id"); sid != "" && sid != o.sessionID {
 		return llmproxy.Caller{}, &llmproxy.Error{Status: http.StatusForbidden, Code: "forbidden", Message: "run " + runID + " is not in session " + sid}
+	}
+	if o.ended {
+		// Nothing of a call may land after the run's terminal event.
+		return llmproxy.Caller{}, errRunNotActive(runID)
 	}
 	return llmproxy.Caller{AgentID: p.AgentID, RunID: runID, SessionID: o.sessionID}, nil
 }

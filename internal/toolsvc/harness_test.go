@@ -220,3 +220,22 @@ func (h *harness) assertSettled() {
 		h.t.Errorf("tool call %s left %s", c.ToolCallID, c.Status)
 	}
 }
+
+// dispatchedCall puts a server call of r in DISPATCHED straight through the
+// store, as a dispatch committed just before its claim would leave it.
+func (h *harness) dispatchedCall(r *store.Run, name string) *store.ToolCall {
+	h.t.Helper()
+	now := time.Now().UnixMilli()
+	c, err := h.st.ToolCallInsert(h.ctx, &store.ToolCallInsertParams{ToolCallID: ids.New("tc"), RunID: r.RunID, SessionID: r.SessionID, AgentID: r.AgentID, ToolName: name, Kind: store.ToolKindServer, TimeoutMS: 60000, At: now})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if c, err = h.st.ToolCallTransition(h.ctx, &store.ToolCallTransitionParams{ID: c.ToolCallID, From: []string{store.ToolCallCreated}, Status: store.ToolCallPolicyChecked, At: now}); err != nil {
+		h.t.Fatal(err)
+	}
+	deadline := now + 60000
+	if c, err = h.st.ToolCallTransition(h.ctx, &store.ToolCallTransitionParams{ID: c.ToolCallID, From: []string{store.ToolCallPolicyChecked}, Status: store.ToolCallDispatched, At: now, DeadlineAt: &deadline}); err != nil {
+		h.t.Fatal(err)
+	}
+	return c
+}

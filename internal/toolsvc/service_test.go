@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentplane/agentplane/internal/agent"
+	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
@@ -574,4 +576,96 @@ func TestCancelCascades(t *testing.T) {
 func jsonEqual(a json.RawMessage, b string) bool {
 	var x, y any
 	return json.Unmarshal(a, &x) == nil && json.Unmarshal([]byte(b), &y) == nil && fmt.Sprint(x) == fmt.Sprint(y)
+}
+
+// A server tool that was running when its run ended may have done its work:
+// the call is recorded FAILED outcome_unknown (never a cancel that implies
+// nothing happened), whether the run was cancelled or failed as orphaned by
+// a dead process. A call that never reached its tool stays CANCELLED.
+func TestRunEndWhileServerToolRunsIsOutcomeUnknown(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		for _, how := range []string{"cancelled", "orphaned"} {
+			t.Run(how, func(t *testing.T) {
+				h := newHarness(t, dialect)
+				release := make(chan struct{})
+				var once sync.Once
+				unblock := func() { once.Do(func() { close(release) }) }
+				t.Cleanup(unblock) // before the tool server closes
+				h.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+					<-release
+					w.Header().Set("Content-Type", "application/json")
+					w.Write([]byte(`{"sent":true}`))
+				}
+				h.put(transferTool("return_to_agent"))
+				h.put(tool.Definition{Name: "queued.tool", Policy: tool.Policy{Decision: "allow"}})
+				r := h.newRun()
+				inline := make(chan *CallView, 1)
+				go func() {
+					v, _ := h.invoke(r, "payments.transfer", `{"to":"bob","amount":5}`, "")
+					inline <- v
+				}()
+				callID := <-h.received // the POST reached the tool: the call is RUNNING
+				if c := h.call(callID); c.Status != store.ToolCallRunning {
+					t.Fatalf("call while its tool runs: %s", c.Status)
+				}
+				// A second server call dispatched but not yet claimed: it
+				// was never sent (the claim precedes the POST).
+				never := h.dispatchedCall(r, "queued.tool")
+
+				switch how {
+				case "cancelled":
+					if _, err := h.runs.Cancel(h.ctx, run.CancelParams{RunID: r.RunID, UserID: "alice"}); err != nil {
+						t.Fatal(err)
+					}
+				case "orphaned":
+					// Another process finds the run's owner dead (no heartbeat)
+					// and fails its run.
+					other := run.New(h.log, run.Options{InstanceID: "other", Invoker: &agent.Client{}, OnEnd: h.svc.OnRunEnd, HeartbeatInterval: time.Hour})
+					if err := other.Start(h.ctx); err != nil {
+						t.Fatal(err)
+					}
+					defer other.Shutdown(h.ctx)
+					if got := h.runStatus(r.RunID); got.Status != store.RunFailed {
+						t.Fatalf("orphaned run %s", got.Status)
+					}
+				}
+				c := h.call(callID)
+				v := View(c)
+				if c.Status != store.ToolCallFailed || v.Error == nil || v.Error.Code != "outcome_unknown" || !strings.Contains(v.Error.Message, "may have run") {
+					t.Fatalf("running call after the run ended: %s %+v", c.Status, v.Error)
+				}
+				if w := <-inline; w == nil || w.Error == nil || w.Error.Code != "outcome_unknown" {
+					t.Fatalf("the agent's invoke answered %+v", w)
+				}
+				if c := h.call(never.ToolCallID); c.Status != store.ToolCallCancelled {
+					t.Fatalf("never-sent call after the run ended: %s", c.Status)
+				}
+				// The trace says the same as the row.
+				evs, _ := h.st.EventsList(h.ctx, &store.EventsListParams{RunID: r.RunID, Type: eventlog.TypeToolResult, Limit: 100})
+				states := map[string]string{}
+				for _, e := range evs {
+					var p struct {
+						ToolCallID string `json:"tool_call_id"`
+						State      string `json:"state"`
+						Error      struct{ Code string }
+					}
+					json.Unmarshal(e.Payload, &p)
+					states[p.ToolCallID] = p.State + ":" + p.Error.Code
+				}
+				if states[callID] != "FAILED:outcome_unknown" || states[never.ToolCallID] != "CANCELLED:cancelled" {
+					t.Fatalf("tool_result events %v", states)
+				}
+				// The tool answers after all: the recorded outcome stays.
+				unblock()
+				time.Sleep(100 * time.Millisecond)
+				if c := h.call(callID); c.Status != store.ToolCallFailed {
+					t.Fatalf("late answer changed the call: %s", c.Status)
+				}
+				if h.executions(callID) != 1 || h.executions(never.ToolCallID) != 0 {
+					t.Fatalf("executions %d / %d", h.executions(callID), h.executions(never.ToolCallID))
+				}
+				h.assertSettled()
+			})
+		}
+	})
 }

@@ -212,7 +212,7 @@ func (st *step) syncRun(c *store.ToolCall, extra map[string]any) error {
 	for k, v := range extra {
 		detail[k] = v
 	}
-	st.event(eventlog.TypeState, map[string]any{"state": want, "detail": detail})
+	st.event(eventlog.TypeState, map[string]any{"state": want, "detail": detail, "source": eventlog.StateSourcePlatform})
 	return nil
 }
 
@@ -243,9 +243,18 @@ func (st *step) failRun(c *store.ToolCall, e *CallError) error {
 	return nil
 }
 
-// cascade cancels every call of the run still in flight, and their pending
-// approvals, because the run ended (DESIGN §2.4). A call that reached a
-// final state meanwhile (another replica) is left as it is.
+// cascade ends every call of the run still in flight, and cancels their
+// pending approvals, because the run ended (DESIGN §2.4); reason says how
+// it ended. A call that reached a final state meanwhile (another replica)
+// is left as it is.
+//
+// A server call that is RUNNING was POSTed to its tool, which may have done
+// its work whatever becomes of the request: it ends FAILED outcome_unknown,
+// never a cancel that would tell an audit nothing happened (issue 8). Every
+// other call ends CANCELLED: one DISPATCHED was never sent (the claim to
+// RUNNING precedes the POST and now finds the call ended), and a client
+// tool's client learns of the run's end from the same event stream that
+// asked it.
 func (st *step) cascade(reason string) error {
 	calls, err := st.q.ToolCallListActiveByRun(st.ctx, st.run.RunID)
 	if err != nil {
@@ -261,7 +270,7 @@ func (st *step) cascade(reason string) error {
 				return err
 			}
 		}
-		c, err := st.move(c, store.ToolCallTransitionParams{From: store.ToolCallActiveStatuses, Status: store.ToolCallCancelled, Error: errorJSON("cancelled", reason, nil)})
+		prev, c, err := st.endOnRunEnd(c, reason)
 		if errors.Is(err, store.ErrConflict) {
 			continue
 		}
@@ -269,12 +278,36 @@ func (st *step) cascade(reason string) error {
 			return err
 		}
 		st.ended = append(st.ended, c)
-		st.event(eventlog.TypeToolResult, map[string]any{
+		payload := map[string]any{
 			"tool_call_id": c.ToolCallID, "tool_name": c.ToolName, "state": c.Status, "status": StatusFailed,
 			"error": View(c).Error, "duration_ms": st.at - c.CreatedAt,
-		})
+		}
+		if prev.Status == store.ToolCallRunning || prev.Status == store.ToolCallWaitingClient {
+			payload["exec_ms"] = st.at - prev.UpdatedAt
+		}
+		st.event(eventlog.TypeToolResult, payload)
 	}
 	return nil
+}
+
+// endOnRunEnd moves c, in flight when its run ended, to the final state
+// cascade describes. The transition is guarded on the state c was listed
+// in, which decides the outcome; should the call have moved on meanwhile,
+// the next state is judged again (ErrConflict once it is final).
+func (st *step) endOnRunEnd(c *store.ToolCall, reason string) (prev, ended *store.ToolCall, err error) {
+	for {
+		to, errJSON := store.ToolCallCancelled, errorJSON("cancelled", reason, nil)
+		if c.Kind == store.ToolKindServer && c.Status == store.ToolCallRunning {
+			to, errJSON = store.ToolCallFailed, errorJSON("outcome_unknown",
+				reason+" while the tool was running: it may have run, but its result was not received", nil)
+		}
+		cur, err := st.move(c, store.ToolCallTransitionParams{From: []string{c.Status}, Status: to, Error: errJSON})
+		if errors.Is(err, store.ErrConflict) && cur != nil && !store.ToolCallTerminal(cur.Status) && cur.Status != c.Status {
+			c = cur
+			continue
+		}
+		return c, cur, err
+	}
 }
 
 // decisionPayload is the approval_decision event of a decided approval.
@@ -287,10 +320,13 @@ func decisionPayload(a *store.Approval, at int64) map[string]any {
 }
 
 // OnRunEnd is the run manager's hook (run.Options.OnEnd): in the
-// transaction that ends a run, cancel what the run still waits for.
-func (s *Service) OnRunEnd(ctx context.Context, q store.Queries, run *store.Run, at int64) ([]store.EventParams, error) {
+// transaction that ends a run, end what the run still waits for. reason
+// says how the run ended ("the run was cancelled by alice").
+func (s *Service) OnRunEnd(ctx context.Context, q store.Queries, run *store.Run, at int64, reason string) ([]store.EventParams, error) {
 	st := &step{s: s, ctx: ctx, q: q, at: at, run: run}
-	reason := "the run ended"
+	if reason == "" {
+		reason = "the run ended"
+	}
 	if err := st.cascade(reason); err != nil {
 		return nil, err
 	}

@@ -570,9 +570,10 @@
 
   Chat.prototype.onState = function (msg) {
     var run = this.ensureRun(msg);
-    var state = String(msg.state || '');
+    // An agent's own state (source "agent") is never the run's, whatever its name (docs/API.md).
+    var state = msg.source === 'agent' ? '' : String(msg.state || '');
     var detail = msg.detail && typeof msg.detail === 'object' && !Array.isArray(msg.detail) ? msg.detail : null;
-    if (detail) this.settleCards(detail);
+    if (detail && state) this.settleCards(detail);
     if (TERMINAL_STATES.hasOwnProperty(state)) {
       this.finishRun(run, TERMINAL_STATES[state], humanState(state, msg.detail));
       return;

@@ -333,6 +333,19 @@ const tests = {
     assert.equal(h.chat.snapshot().messages[1].detail, 'done — step 1');
   },
 
+  'an agent state named like the platform\'s (source agent) neither ends nor pauses the run'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    s.push(ev(1, 'run_started', { message: { role: 'user', content: 'x' } }));
+    s.push(ev(2, 'state', { state: 'CANCELLED', detail: {}, source: 'agent' }));
+    s.push(ev(3, 'state', { state: 'PAUSED_WAITING_APPROVAL', detail: {}, source: 'agent' }));
+    s.push(ev(4, 'delta', { text: 'still here' }));
+    assert.equal(h.chat.snapshot().messages[1].status, 'running');
+    assert.equal(h.chat.snapshot().activeRunId, 'run1');
+    s.push(ev(5, 'state', { state: 'CANCELLED', detail: {}, source: 'platform' }));
+    assert.equal(h.chat.snapshot().activeRunId, null);
+  },
+
   'unauthorized hello stops reconnecting'() {
     const h = harness();
     const s = h.sock();
