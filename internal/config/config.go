@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +20,8 @@ import (
 type Config struct {
 	Addr              string
 	DB                string // "sqlite:PATH" or "postgres://…"
+	DBMaxConns        int    // PostgreSQL pool size of this process
+	DBMaxIdleTime     time.Duration
 	AdminKey          string
 	AdminKeyGenerated bool
 	APIKeys           map[string]string // user id -> key
@@ -70,11 +73,26 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		}
 		return def
 	}
+	var badInt error
+	envInt := func(name string, def int) int {
+		v := getenv(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			badInt = fmt.Errorf("%s must be an integer, got %q", name, v)
+			return def
+		}
+		return n
+	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var apiKeys string
 	fs.StringVar(&c.Addr, "addr", env("AGENTPLANE_ADDR", "127.0.0.1:8080"), "listen address (AGENTPLANE_ADDR)")
 	fs.StringVar(&c.DB, "db", env("AGENTPLANE_DB", "sqlite:./agentplane.db"), "sqlite:PATH or postgres:// URL (AGENTPLANE_DB)")
+	fs.IntVar(&c.DBMaxConns, "db-max-conns", envInt("AGENTPLANE_DB_MAX_CONNS", 10), "most PostgreSQL connections this process opens (AGENTPLANE_DB_MAX_CONNS); the event listener holds one more")
+	fs.DurationVar(&c.DBMaxIdleTime, "db-max-idle-time", time.Minute, "close a PostgreSQL connection unused this long")
 	fs.StringVar(&c.AdminKey, "admin-key", env("AGENTPLANE_ADMIN_KEY", ""), "admin key; generated and printed if empty (AGENTPLANE_ADMIN_KEY)")
 	fs.StringVar(&apiKeys, "api-keys", env("AGENTPLANE_API_KEYS", ""), "client keys user1:key1,user2:key2 (AGENTPLANE_API_KEYS)")
 	fs.StringVar(&c.LLMBaseURL, "llm-base-url", env("AGENTPLANE_LLM_BASE_URL", ""), "upstream OpenAI-compatible base URL (AGENTPLANE_LLM_BASE_URL)")
@@ -91,6 +109,9 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	fs.IntVar(&c.MaxFrameBytes, "max-frame-bytes", 1<<20, "largest WebSocket message accepted from a client")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if badInt != nil {
+		return nil, badInt
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
@@ -132,6 +153,13 @@ func (c *Config) validate() error {
 	}
 	if c.MaxFrameBytes < 1024 {
 		errs = append(errs, errors.New("--max-frame-bytes must be at least 1024"))
+	}
+	if c.DBMaxConns < 2 {
+		// A run's transaction and a concurrent read must both get one.
+		errs = append(errs, fmt.Errorf("AGENTPLANE_DB_MAX_CONNS must be at least 2, got %d", c.DBMaxConns))
+	}
+	if c.DBMaxIdleTime <= 0 {
+		errs = append(errs, errors.New("--db-max-idle-time must be positive"))
 	}
 	return errors.Join(errs...)
 }

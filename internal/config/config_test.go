@@ -38,17 +38,20 @@ func TestBadInput(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		"db":       {env: map[string]string{"AGENTPLANE_DB": "mysql://x"}, want: "AGENTPLANE_DB"},
-		"role":     {args: []string{"--role", "boss"}, want: "--role"},
-		"keys":     {env: map[string]string{"AGENTPLANE_API_KEYS": "alice"}, want: "user:key"},
-		"dup":      {env: map[string]string{"AGENTPLANE_API_KEYS": "a:1,a:2"}, want: "twice"},
-		"short":    {env: map[string]string{"AGENTPLANE_ADMIN_KEY": "short"}, want: "16"},
-		"args":     {args: []string{"extra"}, want: "unexpected"},
-		"nofile":   {env: map[string]string{"AGENTPLANE_CONFIG": "/nonexistent.yaml"}, want: "config file"},
-		"badflag":  {args: []string{"--nope"}, want: "not defined"},
-		"frame":    {args: []string{"--max-frame-bytes", "10"}, want: "max-frame-bytes"},
-		"badyaml":  {env: map[string]string{"AGENTPLANE_CONFIG": writeFile(t, "agents: [{name: x}]")}, want: "agent_id"},
-		"unknownk": {env: map[string]string{"AGENTPLANE_CONFIG": writeFile(t, "agentz: []")}, want: "agentz"},
+		"db":          {env: map[string]string{"AGENTPLANE_DB": "mysql://x"}, want: "AGENTPLANE_DB"},
+		"role":        {args: []string{"--role", "boss"}, want: "--role"},
+		"keys":        {env: map[string]string{"AGENTPLANE_API_KEYS": "alice"}, want: "user:key"},
+		"dup":         {env: map[string]string{"AGENTPLANE_API_KEYS": "a:1,a:2"}, want: "twice"},
+		"short":       {env: map[string]string{"AGENTPLANE_ADMIN_KEY": "short"}, want: "16"},
+		"args":        {args: []string{"extra"}, want: "unexpected"},
+		"nofile":      {env: map[string]string{"AGENTPLANE_CONFIG": "/nonexistent.yaml"}, want: "config file"},
+		"badflag":     {args: []string{"--nope"}, want: "not defined"},
+		"frame":       {args: []string{"--max-frame-bytes", "10"}, want: "max-frame-bytes"},
+		"badyaml":     {env: map[string]string{"AGENTPLANE_CONFIG": writeFile(t, "agents: [{name: x}]")}, want: "agent_id"},
+		"unknownk":    {env: map[string]string{"AGENTPLANE_CONFIG": writeFile(t, "agentz: []")}, want: "agentz"},
+		"maxconns":    {env: map[string]string{"AGENTPLANE_DB_MAX_CONNS": "1"}, want: "AGENTPLANE_DB_MAX_CONNS"},
+		"maxconnsNaN": {env: map[string]string{"AGENTPLANE_DB_MAX_CONNS": "many"}, want: "AGENTPLANE_DB_MAX_CONNS must be an integer"},
+		"idletime":    {args: []string{"--db-max-idle-time", "0s"}, want: "db-max-idle-time"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Load(tc.args, env(tc.env), io.Discard)
@@ -56,6 +59,21 @@ func TestBadInput(t *testing.T) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestDBPool(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil || c.DBMaxConns != 10 || c.DBMaxIdleTime <= 0 {
+		t.Fatalf("default pool: %+v, %v", c, err)
+	}
+	c, err = Load([]string{"--db-max-conns", "4"}, env(map[string]string{"AGENTPLANE_DB_MAX_CONNS": "20"}), io.Discard)
+	if err != nil || c.DBMaxConns != 4 {
+		t.Fatalf("flag over env: %d, %v", c.DBMaxConns, err)
+	}
+	c, err = Load(nil, env(map[string]string{"AGENTPLANE_DB_MAX_CONNS": "20"}), io.Discard)
+	if err != nil || c.DBMaxConns != 20 {
+		t.Fatalf("env: %d, %v", c.DBMaxConns, err)
 	}
 }
 

@@ -22,6 +22,12 @@ var (
 	// key; the existing row is returned with it so the caller can compare
 	// (same request → replay, different → conflict). It is not ErrConflict.
 	ErrDuplicate = errors.New("duplicate")
+	// ErrUnavailable: the database cannot be reached or cannot take work
+	// now (connection refused or lost, server restarting, too many
+	// connections, SQLite busy past its timeout). Nothing was done; the
+	// request may be retried later. HTTP answers 503 store_unavailable with
+	// Retry-After (package respond).
+	ErrUnavailable = errors.New("store unavailable")
 )
 
 // Store is a database: Queries run in their own implicit transaction, InTx
