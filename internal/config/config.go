@@ -4,10 +4,13 @@
 package config
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -101,7 +104,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	fs.StringVar(&c.ConfigFile, "config", env("AGENTPLANE_CONFIG", ""), "YAML file with agents, tools, prices (AGENTPLANE_CONFIG)")
 	fs.StringVar(&c.Role, "role", env("AGENTPLANE_ROLE", "all"), "all | orchestrator | ingress")
 	fs.BoolVar(&c.Demo, "demo", env("AGENTPLANE_DEMO", "") == "true", "start a demo agent and user key")
-	fs.StringVar(&c.InstanceID, "instance-id", env("AGENTPLANE_INSTANCE_ID", ""), "stable id of this process (default host+addr); runs a previous process with this id left unfinished are failed at start")
+	fs.StringVar(&c.InstanceID, "instance-id", env("AGENTPLANE_INSTANCE_ID", ""), "stable id of this process, unique among the processes sharing a database (AGENTPLANE_INSTANCE_ID; default host/addr, plus a random suffix when the port is 0); runs a previous process with this id left unfinished are failed at start")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight runs may finish on SIGTERM before they are failed")
 	fs.DurationVar(&c.AgentFirstByteTimeout, "agent-first-byte-timeout", 30*time.Second, "time for an agent's first SSE event")
 	fs.DurationVar(&c.AgentIdleTimeout, "agent-idle-timeout", 60*time.Second, "longest gap between an agent's SSE events")
@@ -130,10 +133,24 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		}
 	}
 	if c.InstanceID == "" {
-		host, _ := os.Hostname()
-		c.InstanceID = host + "/" + c.Addr
+		c.InstanceID = defaultInstanceID(c.Addr)
 	}
 	return c, nil
+}
+
+// defaultInstanceID is host/addr. Two processes listening on port 0 of one
+// host would share it, and an instance id belongs to one live process
+// (issue 8: they failed each other's runs), so such a process gets a random
+// suffix; it cannot be restarted on the same address anyway.
+func defaultInstanceID(addr string) string {
+	host, _ := os.Hostname()
+	id := host + "/" + addr
+	if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		id += "/" + hex.EncodeToString(b[:])
+	}
+	return id
 }
 
 func (c *Config) validate() error {

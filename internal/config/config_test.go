@@ -77,6 +77,28 @@ func TestDBPool(t *testing.T) {
 	}
 }
 
+// Processes on port 0 get distinct default instance ids; a fixed address
+// keeps a stable one (a restart takes over its runs).
+func TestDefaultInstanceID(t *testing.T) {
+	load := func(addr string) string {
+		c, err := Load([]string{"--addr", addr}, env(nil), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.InstanceID
+	}
+	if a, b := load("127.0.0.1:0"), load("127.0.0.1:0"); a == b {
+		t.Fatalf("two processes on port 0 share instance id %q", a)
+	}
+	if a, b := load("127.0.0.1:8080"), load("127.0.0.1:8080"); a != b {
+		t.Fatalf("instance id of a fixed address changes: %q, %q", a, b)
+	}
+	c, _ := Load([]string{"--addr", "127.0.0.1:0"}, env(map[string]string{"AGENTPLANE_INSTANCE_ID": "mine"}), io.Discard)
+	if c.InstanceID != "mine" {
+		t.Fatalf("explicit instance id: %q", c.InstanceID)
+	}
+}
+
 func TestConfigFileAgents(t *testing.T) {
 	path := writeFile(t, "agents:\n  - agent_id: a1\n    name: A\n    endpoint: http://127.0.0.1:9001\n    capabilities: [chat]\n")
 	c, err := Load(nil, env(map[string]string{"AGENTPLANE_CONFIG": path}), io.Discard)
