@@ -5,6 +5,7 @@ package config
 
 import (
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -12,6 +13,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -178,7 +180,34 @@ func (c *Config) validate() error {
 	if c.DBMaxIdleTime <= 0 {
 		errs = append(errs, errors.New("--db-max-idle-time must be positive"))
 	}
+	errs = append(errs, checkKeys(c.AdminKey, c.APIKeys)...)
 	return errors.Join(errs...)
+}
+
+// checkKeys refuses keys that would make a request's identity ambiguous:
+// one key for two users (whichever the lookup found first would own it)
+// or a user key that is also the admin key. The messages name users,
+// never keys.
+func checkKeys(adminKey string, userKeys map[string]string) []error {
+	var errs []error
+	users := make([]string, 0, len(userKeys))
+	for u := range userKeys {
+		users = append(users, u)
+	}
+	sort.Strings(users)
+	owner := map[string]string{}
+	for _, u := range users {
+		k := userKeys[u]
+		if adminKey != "" && subtle.ConstantTimeCompare([]byte(k), []byte(adminKey)) == 1 {
+			errs = append(errs, fmt.Errorf("AGENTPLANE_API_KEYS: the key of user %q is the admin key (AGENTPLANE_ADMIN_KEY); give every user a key of its own", u))
+		}
+		if first, dup := owner[k]; dup {
+			errs = append(errs, fmt.Errorf("AGENTPLANE_API_KEYS: users %q and %q have the same key; a key must name one user", first, u))
+			continue
+		}
+		owner[k] = u
+	}
+	return errs
 }
 
 func (c *Config) loadFile() error {

@@ -38,17 +38,21 @@ func TestBadInput(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		"db":          {env: map[string]string{"AGENTPLANE_DB": "mysql://x"}, want: "AGENTPLANE_DB"},
-		"role":        {args: []string{"--role", "boss"}, want: "--role"},
-		"keys":        {env: map[string]string{"AGENTPLANE_API_KEYS": "alice"}, want: "user:key"},
-		"dup":         {env: map[string]string{"AGENTPLANE_API_KEYS": "a:1,a:2"}, want: "twice"},
-		"short":       {env: map[string]string{"AGENTPLANE_ADMIN_KEY": "short"}, want: "16"},
-		"args":        {args: []string{"extra"}, want: "unexpected"},
-		"nofile":      {env: map[string]string{"AGENTPLANE_CONFIG": "/nonexistent.yaml"}, want: "config file"},
-		"badflag":     {args: []string{"--nope"}, want: "not defined"},
-		"frame":       {args: []string{"--max-frame-bytes", "10"}, want: "max-frame-bytes"},
-		"badyaml":     {env: map[string]string{"AGENTPLANE_CONFIG": writeFile(t, "agents: [{name: x}]")}, want: "agent_id"},
-		"unknownk":    {env: map[string]string{"AGENTPLANE_CONFIG": writeFile(t, "agentz: []")}, want: "agentz"},
+		"db":       {env: map[string]string{"AGENTPLANE_DB": "mysql://x"}, want: "AGENTPLANE_DB"},
+		"role":     {args: []string{"--role", "boss"}, want: "--role"},
+		"keys":     {env: map[string]string{"AGENTPLANE_API_KEYS": "alice"}, want: "user:key"},
+		"dup":      {env: map[string]string{"AGENTPLANE_API_KEYS": "a:1,a:2"}, want: "twice"},
+		"short":    {env: map[string]string{"AGENTPLANE_ADMIN_KEY": "short"}, want: "16"},
+		"args":     {args: []string{"extra"}, want: "unexpected"},
+		"nofile":   {env: map[string]string{"AGENTPLANE_CONFIG": "/nonexistent.yaml"}, want: "config file"},
+		"badflag":  {args: []string{"--nope"}, want: "not defined"},
+		"frame":    {args: []string{"--max-frame-bytes", "10"}, want: "max-frame-bytes"},
+		"badyaml":  {env: map[string]string{"AGENTPLANE_CONFIG": writeFile(t, "agents: [{name: x}]")}, want: "agent_id"},
+		"unknownk": {env: map[string]string{"AGENTPLANE_CONFIG": writeFile(t, "agentz: []")}, want: "agentz"},
+		// Issue 8, item 13: a key must name one principal.
+		"samekey":     {env: map[string]string{"AGENTPLANE_API_KEYS": "alice:k-shared,bob:k-shared"}, want: `users "alice" and "bob" have the same key`},
+		"adminkey":    {env: map[string]string{"AGENTPLANE_API_KEYS": "alice:the-admin-key-0123", "AGENTPLANE_ADMIN_KEY": "the-admin-key-0123"}, want: `the key of user "alice" is the admin key`},
+		"adminflag":   {args: []string{"--admin-key", "the-admin-key-0123"}, env: map[string]string{"AGENTPLANE_API_KEYS": "bob:the-admin-key-0123"}, want: "AGENTPLANE_ADMIN_KEY"},
 		"maxconns":    {env: map[string]string{"AGENTPLANE_DB_MAX_CONNS": "1"}, want: "AGENTPLANE_DB_MAX_CONNS"},
 		"maxconnsNaN": {env: map[string]string{"AGENTPLANE_DB_MAX_CONNS": "many"}, want: "AGENTPLANE_DB_MAX_CONNS must be an integer"},
 		"idletime":    {args: []string{"--db-max-idle-time", "0s"}, want: "db-max-idle-time"},
@@ -59,6 +63,14 @@ func TestBadInput(t *testing.T) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// The error about a shared key names the users, never the key.
+func TestKeyErrorsDoNotPrintKeys(t *testing.T) {
+	_, err := Load(nil, env(map[string]string{"AGENTPLANE_API_KEYS": "alice:secret-value-1,bob:secret-value-1", "AGENTPLANE_ADMIN_KEY": "secret-value-1"}), io.Discard)
+	if err == nil || strings.Contains(err.Error(), "secret-value-1") {
+		t.Fatalf("err = %v", err)
 	}
 }
 
