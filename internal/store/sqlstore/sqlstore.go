@@ -287,8 +287,9 @@ func mapErr(d *Dialect, err error) error {
 	return err
 }
 
-// jsonArg passes JSON to the driver: PostgreSQL's jsonb wants text, and an
-// empty value must become SQL NULL or the column default's equivalent.
+// jsonArg passes JSON to the driver as a string (JSON columns are text on
+// both databases, and a string goes through the text codec), and an empty
+// value must become SQL NULL or the column default's equivalent.
 func jsonArg(b []byte, empty string) any {
 	if len(b) == 0 {
 		if empty == "" {
