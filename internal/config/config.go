@@ -4,11 +4,16 @@
 package config
 
 import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +25,8 @@ import (
 type Config struct {
 	Addr              string
 	DB                string // "sqlite:PATH" or "postgres://…"
+	DBMaxConns        int    // PostgreSQL pool size of this process
+	DBMaxIdleTime     time.Duration
 	AdminKey          string
 	AdminKeyGenerated bool
 	APIKeys           map[string]string // user id -> key
@@ -78,11 +85,26 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		}
 		return def
 	}
+	var badInt error
+	envInt := func(name string, def int) int {
+		v := getenv(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			badInt = fmt.Errorf("%s must be an integer, got %q", name, v)
+			return def
+		}
+		return n
+	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var apiKeys string
 	fs.StringVar(&c.Addr, "addr", env("AGENTPLANE_ADDR", "127.0.0.1:8080"), "listen address (AGENTPLANE_ADDR)")
 	fs.StringVar(&c.DB, "db", env("AGENTPLANE_DB", "sqlite:./agentplane.db"), "sqlite:PATH or postgres:// URL (AGENTPLANE_DB)")
+	fs.IntVar(&c.DBMaxConns, "db-max-conns", envInt("AGENTPLANE_DB_MAX_CONNS", 10), "most PostgreSQL connections this process opens (AGENTPLANE_DB_MAX_CONNS); the event listener holds one more")
+	fs.DurationVar(&c.DBMaxIdleTime, "db-max-idle-time", time.Minute, "close a PostgreSQL connection unused this long")
 	fs.StringVar(&c.AdminKey, "admin-key", env("AGENTPLANE_ADMIN_KEY", ""), "admin key; generated and printed if empty (AGENTPLANE_ADMIN_KEY)")
 	fs.StringVar(&apiKeys, "api-keys", env("AGENTPLANE_API_KEYS", ""), "client keys user1:key1,user2:key2 (AGENTPLANE_API_KEYS)")
 	fs.StringVar(&c.LLMBaseURL, "llm-base-url", env("AGENTPLANE_LLM_BASE_URL", ""), "upstream OpenAI-compatible base URL (AGENTPLANE_LLM_BASE_URL)")
@@ -91,33 +113,20 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	fs.StringVar(&c.ConfigFile, "config", env("AGENTPLANE_CONFIG", ""), "YAML file with agents, tools, prices (AGENTPLANE_CONFIG)")
 	fs.StringVar(&c.Role, "role", env("AGENTPLANE_ROLE", "all"), "all | orchestrator | ingress")
 	fs.BoolVar(&c.Demo, "demo", env("AGENTPLANE_DEMO", "") == "true", "start a demo agent and user key")
-	fs.StringVar(&c.InstanceID, "instance-id", env("AGENTPLANE_INSTANCE_ID", ""), "stable id of this process (default host+addr); runs a previous process with this id left unfinished are failed at start")
+	fs.StringVar(&c.InstanceID, "instance-id", env("AGENTPLANE_INSTANCE_ID", ""), "stable id of this process, unique among the processes sharing a database (AGENTPLANE_INSTANCE_ID; default host/addr, plus a random suffix when the port is 0); runs a previous process with this id left unfinished are failed at start")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight runs may finish on SIGTERM before they are failed")
 	fs.DurationVar(&c.AgentFirstByteTimeout, "agent-first-byte-timeout", 30*time.Second, "time for an agent's first SSE event")
 	fs.DurationVar(&c.AgentIdleTimeout, "agent-idle-timeout", 60*time.Second, "longest gap between an agent's SSE events")
 	fs.DurationVar(&c.HealthInterval, "health-interval", 15*time.Second, "how often agents' /health is probed")
 	fs.IntVar(&c.MaxFrameBytes, "max-frame-bytes", 1<<20, "largest WebSocket message accepted from a client")
-	var envErrs []error
-	envInt := func(name string, def int64) int64 {
-		v := getenv(name)
-		if v == "" {
-			return def
-		}
-		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if err != nil {
-			envErrs = append(envErrs, fmt.Errorf("%s must be a whole number, got %q", name, v))
-			return def
-		}
-		return n
-	}
-	fs.Int64Var(&c.MaxRunOutputBytes, "max-run-output-bytes", envInt("AGENTPLANE_MAX_RUN_OUTPUT_BYTES", 8<<20), "bytes of deltas and states one run may stream before it fails output_too_large (AGENTPLANE_MAX_RUN_OUTPUT_BYTES)")
-	fs.IntVar(&c.MaxRunEvents, "max-run-events", int(envInt("AGENTPLANE_MAX_RUN_EVENTS", 100_000)), "delta and state events one run may stream before it fails output_too_large (AGENTPLANE_MAX_RUN_EVENTS)")
-	fs.IntVar(&c.MaxTranscriptBytes, "max-transcript-bytes", int(envInt("AGENTPLANE_MAX_TRANSCRIPT_BYTES", 1<<20)), "bytes of transcript content sent to an agent in messages[], newest first (AGENTPLANE_MAX_TRANSCRIPT_BYTES)")
-	if err := errors.Join(envErrs...); err != nil {
-		return nil, err
-	}
+	fs.Int64Var(&c.MaxRunOutputBytes, "max-run-output-bytes", int64(envInt("AGENTPLANE_MAX_RUN_OUTPUT_BYTES", 8<<20)), "bytes of deltas and states one run may stream before it fails output_too_large (AGENTPLANE_MAX_RUN_OUTPUT_BYTES)")
+	fs.IntVar(&c.MaxRunEvents, "max-run-events", envInt("AGENTPLANE_MAX_RUN_EVENTS", 100_000), "delta and state events one run may stream before it fails output_too_large (AGENTPLANE_MAX_RUN_EVENTS)")
+	fs.IntVar(&c.MaxTranscriptBytes, "max-transcript-bytes", envInt("AGENTPLANE_MAX_TRANSCRIPT_BYTES", 1<<20), "bytes of transcript content sent to an agent in messages[], newest first (AGENTPLANE_MAX_TRANSCRIPT_BYTES)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if badInt != nil {
+		return nil, badInt
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
@@ -136,10 +145,24 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		}
 	}
 	if c.InstanceID == "" {
-		host, _ := os.Hostname()
-		c.InstanceID = host + "/" + c.Addr
+		c.InstanceID = defaultInstanceID(c.Addr)
 	}
 	return c, nil
+}
+
+// defaultInstanceID is host/addr. Two processes listening on port 0 of one
+// host would share it, and an instance id belongs to one live process
+// (issue 8: they failed each other's runs), so such a process gets a random
+// suffix; it cannot be restarted on the same address anyway.
+func defaultInstanceID(addr string) string {
+	host, _ := os.Hostname()
+	id := host + "/" + addr
+	if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		id += "/" + hex.EncodeToString(b[:])
+	}
+	return id
 }
 
 func (c *Config) validate() error {
@@ -169,7 +192,41 @@ func (c *Config) validate() error {
 	if c.MaxTranscriptBytes < 1024 {
 		errs = append(errs, errors.New("AGENTPLANE_MAX_TRANSCRIPT_BYTES must be at least 1024"))
 	}
+	if c.DBMaxConns < 2 {
+		// A run's transaction and a concurrent read must both get one.
+		errs = append(errs, fmt.Errorf("AGENTPLANE_DB_MAX_CONNS must be at least 2, got %d", c.DBMaxConns))
+	}
+	if c.DBMaxIdleTime <= 0 {
+		errs = append(errs, errors.New("--db-max-idle-time must be positive"))
+	}
+	errs = append(errs, checkKeys(c.AdminKey, c.APIKeys)...)
 	return errors.Join(errs...)
+}
+
+// checkKeys refuses keys that would make a request's identity ambiguous:
+// one key for two users (whichever the lookup found first would own it)
+// or a user key that is also the admin key. The messages name users,
+// never keys.
+func checkKeys(adminKey string, userKeys map[string]string) []error {
+	var errs []error
+	users := make([]string, 0, len(userKeys))
+	for u := range userKeys {
+		users = append(users, u)
+	}
+	sort.Strings(users)
+	owner := map[string]string{}
+	for _, u := range users {
+		k := userKeys[u]
+		if adminKey != "" && subtle.ConstantTimeCompare([]byte(k), []byte(adminKey)) == 1 {
+			errs = append(errs, fmt.Errorf("AGENTPLANE_API_KEYS: the key of user %q is the admin key (AGENTPLANE_ADMIN_KEY); give every user a key of its own", u))
+		}
+		if first, dup := owner[k]; dup {
+			errs = append(errs, fmt.Errorf("AGENTPLANE_API_KEYS: users %q and %q have the same key; a key must name one user", first, u))
+			continue
+		}
+		owner[k] = u
+	}
+	return errs
 }
 
 func (c *Config) loadFile() error {

@@ -49,6 +49,13 @@ func TestBadInput(t *testing.T) {
 		"frame":    {args: []string{"--max-frame-bytes", "10"}, want: "max-frame-bytes"},
 		"badyaml":  {env: map[string]string{"AGENTPLANE_CONFIG": writeFile(t, "agents: [{name: x}]")}, want: "agent_id"},
 		"unknownk": {env: map[string]string{"AGENTPLANE_CONFIG": writeFile(t, "agentz: []")}, want: "agentz"},
+		// Issue 8, item 13: a key must name one principal.
+		"samekey":     {env: map[string]string{"AGENTPLANE_API_KEYS": "alice:k-shared,bob:k-shared"}, want: `users "alice" and "bob" have the same key`},
+		"adminkey":    {env: map[string]string{"AGENTPLANE_API_KEYS": "alice:the-admin-key-0123", "AGENTPLANE_ADMIN_KEY": "the-admin-key-0123"}, want: `the key of user "alice" is the admin key`},
+		"adminflag":   {args: []string{"--admin-key", "the-admin-key-0123"}, env: map[string]string{"AGENTPLANE_API_KEYS": "bob:the-admin-key-0123"}, want: "AGENTPLANE_ADMIN_KEY"},
+		"maxconns":    {env: map[string]string{"AGENTPLANE_DB_MAX_CONNS": "1"}, want: "AGENTPLANE_DB_MAX_CONNS"},
+		"maxconnsNaN": {env: map[string]string{"AGENTPLANE_DB_MAX_CONNS": "many"}, want: "AGENTPLANE_DB_MAX_CONNS must be an integer"},
+		"idletime":    {args: []string{"--db-max-idle-time", "0s"}, want: "db-max-idle-time"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Load(tc.args, env(tc.env), io.Discard)
@@ -56,6 +63,51 @@ func TestBadInput(t *testing.T) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// The error about a shared key names the users, never the key.
+func TestKeyErrorsDoNotPrintKeys(t *testing.T) {
+	_, err := Load(nil, env(map[string]string{"AGENTPLANE_API_KEYS": "alice:secret-value-1,bob:secret-value-1", "AGENTPLANE_ADMIN_KEY": "secret-value-1"}), io.Discard)
+	if err == nil || strings.Contains(err.Error(), "secret-value-1") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestDBPool(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil || c.DBMaxConns != 10 || c.DBMaxIdleTime <= 0 {
+		t.Fatalf("default pool: %+v, %v", c, err)
+	}
+	c, err = Load([]string{"--db-max-conns", "4"}, env(map[string]string{"AGENTPLANE_DB_MAX_CONNS": "20"}), io.Discard)
+	if err != nil || c.DBMaxConns != 4 {
+		t.Fatalf("flag over env: %d, %v", c.DBMaxConns, err)
+	}
+	c, err = Load(nil, env(map[string]string{"AGENTPLANE_DB_MAX_CONNS": "20"}), io.Discard)
+	if err != nil || c.DBMaxConns != 20 {
+		t.Fatalf("env: %d, %v", c.DBMaxConns, err)
+	}
+}
+
+// Processes on port 0 get distinct default instance ids; a fixed address
+// keeps a stable one (a restart takes over its runs).
+func TestDefaultInstanceID(t *testing.T) {
+	load := func(addr string) string {
+		c, err := Load([]string{"--addr", addr}, env(nil), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.InstanceID
+	}
+	if a, b := load("127.0.0.1:0"), load("127.0.0.1:0"); a == b {
+		t.Fatalf("two processes on port 0 share instance id %q", a)
+	}
+	if a, b := load("127.0.0.1:8080"), load("127.0.0.1:8080"); a != b {
+		t.Fatalf("instance id of a fixed address changes: %q, %q", a, b)
+	}
+	c, _ := Load([]string{"--addr", "127.0.0.1:0"}, env(map[string]string{"AGENTPLANE_INSTANCE_ID": "mine"}), io.Discard)
+	if c.InstanceID != "mine" {
+		t.Fatalf("explicit instance id: %q", c.InstanceID)
 	}
 }
 

@@ -6,10 +6,14 @@ package eventlog
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"hash/maphash"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode"
 
 	"github.com/agentplane/agentplane/internal/store"
 )
@@ -29,7 +33,10 @@ type Options struct {
 	// MaxBatch bounds the ops in one transaction. Default 1024.
 	MaxBatch int
 	Logger   *slog.Logger
-	// Origin names this process in cross-process notifications.
+	// Origin is a readable prefix of the name this log gives itself in
+	// cross-process notifications (e.g. the instance id). The log adds a
+	// random part: two processes must never share an origin, or each
+	// would skip the other's notifications as its own (issue 8, item 12).
 	Origin string
 }
 
@@ -68,9 +75,9 @@ func New(st store.Store, opts Options) *Log {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	l := &Log{origin: opts.Origin, st: st, hub: NewHub(), seed: maphash.MakeSeed()}
+	l := &Log{origin: newOrigin(opts.Origin), st: st, hub: NewHub(), seed: maphash.MakeSeed()}
 	for range opts.Shards {
-		w := &writer{st: st, origin: opts.Origin, appended: &l.appended, commits: &l.commits, queue: make(chan *op, opts.QueueSize), publish: l.publish, maxBatch: opts.MaxBatch, log: opts.Logger}
+		w := &writer{st: st, origin: l.origin, appended: &l.appended, commits: &l.commits, queue: make(chan *op, opts.QueueSize), publish: l.publish, maxBatch: opts.MaxBatch, log: opts.Logger}
 		stopped := make(chan struct{})
 		l.shards = append(l.shards, w)
 		l.stopped = append(l.stopped, stopped)
@@ -78,6 +85,26 @@ func New(st store.Store, opts Options) *Log {
 	}
 	return l
 }
+
+// newOrigin is prefix (without spaces, which separate a notification's
+// origin from its sessions) and a random part, unique to this process
+// start.
+func newOrigin(prefix string) string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("crypto/rand: " + err.Error())
+	}
+	prefix = strings.Map(func(r rune) rune {
+		if unicode.IsSpace(r) || r == ',' {
+			return '_'
+		}
+		return r
+	}, prefix)
+	return prefix + "#" + hex.EncodeToString(b[:])
+}
+
+// Origin is this log's (this process start's) name in notifications.
+func (l *Log) Origin() string { return l.origin }
 
 // Observe registers hooks that see the log move without subscribing to a
 // session: local gets every batch of events this process commits (after

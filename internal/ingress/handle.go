@@ -43,8 +43,7 @@ func (c *conn) handle(data []byte) {
 }
 
 func (c *conn) fail(requestID string, err error) {
-	var e *respond.Error
-	if errors.As(err, &e) {
+	if e := respond.As(err); e != nil {
 		c.send(errorReply(requestID, e.Code, e.Message))
 		return
 	}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+
+	"github.com/agentplane/agentplane/internal/store"
 )
 
 // Error is an API error with its HTTP status. Handlers return it (or wrap
@@ -33,14 +35,38 @@ func JSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// Err writes err as the structured error. An *Error (anywhere in the chain)
-// keeps its status and code; anything else is a 500 whose detail is logged,
-// not sent.
-func Err(w http.ResponseWriter, r *http.Request, err error) {
+// StoreRetryAfter is the Retry-After, in seconds, of a store_unavailable
+// answer.
+const StoreRetryAfter = 2
+
+// As returns the API error err stands for: an *Error anywhere in the chain;
+// for store.ErrUnavailable (the database cannot be reached or is out of
+// connections), 503 store_unavailable with a retry_after, so clients back
+// off and retry instead of seeing an internal error; nil for anything else
+// (an internal error). Every surface (HTTP here, WebSocket in ingress) maps
+// errors through it.
+func As(err error) *Error {
 	var e *Error
-	if !errors.As(err, &e) {
+	if errors.As(err, &e) {
+		return e
+	}
+	if errors.Is(err, store.ErrUnavailable) {
+		return &Error{Status: http.StatusServiceUnavailable, Code: "store_unavailable",
+			Message: "the database is unavailable; retry later", Details: map[string]any{"retry_after": StoreRetryAfter}}
+	}
+	return nil
+}
+
+// Err writes err as the structured error (see As); anything that is not an
+// API error is a 500 whose detail is logged, not sent.
+func Err(w http.ResponseWriter, r *http.Request, err error) {
+	e := As(err)
+	switch {
+	case e == nil:
 		slog.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		e = E(http.StatusInternalServerError, "internal", "internal error")
+	case e.Code == "store_unavailable":
+		slog.WarnContext(r.Context(), "request failed: store unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	body := map[string]any{"code": e.Code, "message": e.Message}
 	for k, v := range e.Details {

@@ -40,10 +40,23 @@ type Options struct {
 	// 8 MiB and 100,000.
 	MaxOutputBytes  int64
 	MaxOutputEvents int
-	// HeartbeatInterval and StaleAfter drive orphan detection across
-	// processes: an owner silent for StaleAfter is dead.
+	// Process is the random id of this process start, for which the
+	// instance id is claimed (default: the event log's origin). Two
+	// processes never share one; they may share an InstanceID only by
+	// mistake, and Start refuses that.
+	Process string
+	// HeartbeatInterval is how often this process refreshes its instance's
+	// heartbeat (default 1 s); an owner silent for StaleAfter (default
+	// 30 s) is dead and its runs are failed. Orphans are swept every
+	// SweepInterval (default 5 s, never more often than heartbeats).
 	HeartbeatInterval time.Duration
 	StaleAfter        time.Duration
+	SweepInterval     time.Duration
+	// ClaimWait is how long Start watches a fresh heartbeat of another
+	// process under this instance id before concluding that process died
+	// (a crash and a quick restart) rather than runs (default four
+	// heartbeats).
+	ClaimWait time.Duration
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 	// Metrics, when set, receives run counts and durations.
@@ -117,10 +130,19 @@ func New(log *eventlog.Log, opts Options) *Manager {
 		opts.MaxOutputEvents = 100_000
 	}
 	if opts.HeartbeatInterval <= 0 {
-		opts.HeartbeatInterval = 5 * time.Second
+		opts.HeartbeatInterval = time.Second
 	}
 	if opts.StaleAfter <= 0 {
 		opts.StaleAfter = 30 * time.Second
+	}
+	if opts.SweepInterval <= 0 {
+		opts.SweepInterval = max(5*time.Second, opts.HeartbeatInterval)
+	}
+	if opts.ClaimWait <= 0 {
+		opts.ClaimWait = 4 * opts.HeartbeatInterval
+	}
+	if opts.Process == "" {
+		opts.Process = log.Origin()
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -149,10 +171,12 @@ func (m *Manager) ended(r *store.Run, status, code string, at int64) {
 
 func (m *Manager) now() int64 { return m.opts.Now().UnixMilli() }
 
-// Start fails the runs a previous process with this instance id left
-// unfinished, then keeps a heartbeat and sweeps runs of dead instances.
+// Start claims the instance id for this process (refusing to start while
+// another live process holds it), fails the runs a previous process with
+// this instance id left unfinished, then keeps a heartbeat and sweeps runs
+// of dead instances.
 func (m *Manager) Start(ctx context.Context) error {
-	if err := m.st.InstanceHeartbeat(ctx, m.opts.InstanceID, m.now()); err != nil {
+	if err := m.claim(ctx); err != nil {
 		return err
 	}
 	if _, err := m.failOrphans(ctx, true); err != nil {
@@ -161,22 +185,55 @@ func (m *Manager) Start(ctx context.Context) error {
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.bgCancel = cancel
 	m.bgDone = make(chan struct{})
-	go m.background(bg)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); m.heartbeat(bg) }()
+	go func() { defer wg.Done(); m.sweep(bg) }()
+	go func() { wg.Wait(); close(m.bgDone) }()
 	return nil
 }
 
-func (m *Manager) background(ctx context.Context) {
-	defer close(m.bgDone)
+// heartbeat refreshes the instance's heartbeat on its own goroutine, so a
+// long orphan sweep never makes this process look dead. Each beat is a
+// claim: a process that finds its id taken over says so loudly.
+func (m *Manager) heartbeat(ctx context.Context) {
 	t := time.NewTicker(m.opts.HeartbeatInterval)
+	defer t.Stop()
+	lost := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := m.now()
+		held, err := m.st.InstanceClaim(ctx, &store.InstanceClaimParams{InstanceID: m.opts.InstanceID, Process: m.opts.Process,
+			At: now, AliveSince: now - m.opts.StaleAfter.Milliseconds()})
+		switch {
+		case errors.Is(err, store.ErrConflict):
+			if !lost {
+				m.opts.Logger.Error("another agentplane process took over this instance id (this one missed its heartbeats); both now act as one, so give each its own AGENTPLANE_INSTANCE_ID",
+					"instance_id", m.opts.InstanceID, "process", m.opts.Process, "holder", held.Process)
+			}
+			lost = true
+		case err != nil:
+			if ctx.Err() == nil {
+				m.opts.Logger.Warn("instance heartbeat failed", "err", err)
+			}
+		default:
+			lost = false
+		}
+	}
+}
+
+func (m *Manager) sweep(ctx context.Context) {
+	t := time.NewTicker(m.opts.SweepInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := m.st.InstanceHeartbeat(ctx, m.opts.InstanceID, m.now()); err != nil && ctx.Err() == nil {
-				m.opts.Logger.Warn("instance heartbeat failed", "err", err)
-			}
 			if _, err := m.failOrphans(ctx, false); err != nil && ctx.Err() == nil {
 				m.opts.Logger.Warn("orphan sweep failed", "err", err)
 			}
@@ -207,6 +264,13 @@ func (m *Manager) Shutdown(ctx context.Context) {
 		if m.bgCancel != nil {
 			m.bgCancel()
 			<-m.bgDone
+			// Every run has ended: the next process with this id may
+			// start at once.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if err := m.st.InstanceRelease(rctx, m.opts.InstanceID, m.opts.Process); err != nil {
+				m.opts.Logger.Warn("release instance id", "instance_id", m.opts.InstanceID, "err", err)
+			}
+			cancel()
 		}
 	})
 }

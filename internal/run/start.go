@@ -85,11 +85,17 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 	var run *store.Run
 	evs, err := m.log.Do(ctx, sessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
 		sess, err := tx.SessionGet(ctx, sessionID)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			if _, err := tx.SessionCreate(ctx, &store.SessionCreateParams{SessionID: sessionID, UserID: p.UserID, CreatedAt: now}); err != nil {
-				return nil, err
+		if errors.Is(err, store.ErrNotFound) {
+			_, err = tx.SessionCreate(ctx, &store.SessionCreateParams{SessionID: sessionID, UserID: p.UserID, CreatedAt: now})
+			if errors.Is(err, store.ErrConflict) {
+				// Another process created it a moment ago, for a run of
+				// its own: check that session like any existing one, so
+				// the loser gets session_busy, not an internal error.
+				sess, err = tx.SessionGet(ctx, sessionID)
 			}
+		}
+		switch {
+		case sess == nil && err == nil: // created here
 		case err != nil:
 			return nil, err
 		case sess.UserID != p.UserID:

@@ -39,18 +39,23 @@ import (
 // demoModel is the model the demo's built-in upstream serves.
 const demoModel = "demo-llm"
 
-// OpenStore opens the database named by AGENTPLANE_DB.
+// OpenStore opens the database named by AGENTPLANE_DB with the default
+// PostgreSQL pool.
 func OpenStore(ctx context.Context, dsn string) (store.Store, error) {
+	return openStore(ctx, dsn, postgres.Options{})
+}
+
+func openStore(ctx context.Context, dsn string, pg postgres.Options) (store.Store, error) {
 	if path, ok := strings.CutPrefix(dsn, "sqlite:"); ok {
 		return sqlite.Open(ctx, path)
 	}
-	return postgres.Open(ctx, dsn)
+	return postgres.Open(ctx, dsn, pg)
 }
 
 // Run serves until ctx is cancelled. It prints the listening URL (and any
 // generated keys) to out.
 func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Logger) error {
-	st, err := OpenStore(ctx, cfg.DB)
+	st, err := openStore(ctx, cfg.DB, postgres.Options{MaxConns: cfg.DBMaxConns, MaxIdleTime: cfg.DBMaxIdleTime})
 	if err != nil {
 		return err
 	}
@@ -150,7 +155,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 			llmCfg.Prices = map[string]llmproxy.Price{demoModel: {Input: 0.5, CachedInput: 0.25, Output: 1.5}}
 		}
 	}
-	proxy, err := llmproxy.New(llmCfg, bridge.authenticate, bridge)
+	proxy, err := llmproxy.New(llmCfg, proxyStoreErrors(bridge.authenticate), bridge)
 	if err != nil {
 		return fmt.Errorf("llm proxy: %w", err)
 	}

@@ -22,6 +22,12 @@ var (
 	// key; the existing row is returned with it so the caller can compare
 	// (same request → replay, different → conflict). It is not ErrConflict.
 	ErrDuplicate = errors.New("duplicate")
+	// ErrUnavailable: the database cannot be reached or cannot take work
+	// now (connection refused or lost, server restarting, too many
+	// connections, SQLite busy past its timeout). Nothing was done; the
+	// request may be retried later. HTTP answers 503 store_unavailable with
+	// Retry-After (package respond).
+	ErrUnavailable = errors.New("store unavailable")
 )
 
 // Store is a database: Queries run in their own implicit transaction, InTx
@@ -97,8 +103,21 @@ type Queries interface {
 	ApprovalList(ctx context.Context, p *ApprovalListParams) ([]*Approval, error)
 	ApprovalListExpired(ctx context.Context, now int64, limit int) ([]*Approval, error)
 
+	// InstanceHeartbeat records that instanceID is alive at at, whoever
+	// holds it (tests; processes use InstanceClaim).
 	InstanceHeartbeat(ctx context.Context, instanceID string, at int64) error
 	InstanceList(ctx context.Context) ([]Instance, error)
+	// InstanceGet reads one instance; ErrNotFound when it never beat.
+	InstanceGet(ctx context.Context, instanceID string) (*Instance, error)
+	// InstanceClaim makes p.Process the holder of p.InstanceID with a
+	// heartbeat at p.At: a guarded upsert that succeeds when the id is new,
+	// already held by p.Process, stale (last heartbeat before
+	// p.AliveSince), or still exactly p.TakeOver. Otherwise another live
+	// process holds it: the current row comes back with ErrConflict.
+	InstanceClaim(ctx context.Context, p *InstanceClaimParams) (*Instance, error)
+	// InstanceRelease forgets instanceID if process holds it (a clean stop),
+	// so the next process with the id starts at once.
+	InstanceRelease(ctx context.Context, instanceID, process string) error
 
 	// Client presence across processes (DESIGN §8: a client tool needs a
 	// connection of its session, wherever that connection lives).
@@ -338,7 +357,23 @@ type ContextPutParams struct {
 }
 
 // Instance is a running agentplane process, kept alive by heartbeats.
+// Process is the random id of the process start that holds InstanceID.
 type Instance struct {
 	InstanceID  string
 	HeartbeatAt int64
+	Process     string
+}
+
+// InstanceClaimParams claims an instance id for a process (see
+// Queries.InstanceClaim).
+type InstanceClaimParams struct {
+	InstanceID string
+	Process    string
+	At         int64
+	// AliveSince: a holder whose heartbeat is older is dead.
+	AliveSince int64
+	// TakeOver, when set, is a row the caller read earlier and watched
+	// long enough to know its process stopped beating: the claim also
+	// succeeds if the row is still exactly that.
+	TakeOver *Instance
 }

@@ -63,7 +63,7 @@ func Open(t testing.TB, dialect string) store.Store {
 	if path, ok := strings.CutPrefix(dsn, "sqlite:"); ok {
 		s, err = sqlite.Open(ctx, path)
 	} else {
-		s, err = postgres.Open(ctx, dsn)
+		s, err = postgres.Open(ctx, dsn, postgres.Options{})
 	}
 	if err != nil {
 		t.Fatalf("open %s store: %v", dialect, err)

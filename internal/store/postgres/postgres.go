@@ -8,6 +8,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
@@ -26,19 +30,68 @@ var dialect = &sqlstore.Dialect{
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "23505"
 	},
+	IsUnavailable: isUnavailable,
 	BeginTx: func(ctx context.Context, db *sql.DB) (*sql.Tx, error) {
 		return db.BeginTx(ctx, nil)
 	},
+	// text refuses NUL bytes and invalid UTF-8 (issue 8).
+	EscapeText: true,
+}
+
+// isUnavailable: the server could not be reached, dropped the connection,
+// or refuses work for now — not a problem with the statement.
+func isUnavailable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"): // connection_exception
+			return true
+		case pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03": // admin/crash shutdown, cannot connect now
+			return true
+		case pe.Code == "53300": // too_many_connections
+			return true
+		}
+		return false
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, pgconn.ErrConnClosed) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+}
+
+// Pool defaults. A PostgreSQL server allows 100 connections by default; at
+// 32 per process three replicas (plus their listeners) exhausted it
+// (issue 8, item 11).
+const (
+	DefaultMaxConns    = 10
+	DefaultMaxIdleTime = time.Minute
+)
+
+// Options size the connection pool. Zero values pick the defaults.
+type Options struct {
+	// MaxConns bounds the open connections of this process (idle ones
+	// included). The event notification listener holds one more.
+	MaxConns int
+	// MaxIdleTime closes a connection unused this long, so a process
+	// that was busy once does not keep its peak forever.
+	MaxIdleTime time.Duration
 }
 
 // Open connects to url (postgres://…) and migrates the schema.
-func Open(ctx context.Context, url string) (*sqlstore.DB, error) {
+func Open(ctx context.Context, url string, opts Options) (*sqlstore.DB, error) {
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = DefaultMaxConns
+	}
+	if opts.MaxIdleTime <= 0 {
+		opts.MaxIdleTime = DefaultMaxIdleTime
+	}
 	db, err := sql.Open("pgx", url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open: %w", err)
 	}
-	db.SetMaxOpenConns(32)
-	db.SetMaxIdleConns(32)
+	db.SetMaxOpenConns(opts.MaxConns)
+	db.SetMaxIdleConns(opts.MaxConns)
+	db.SetConnMaxIdleTime(opts.MaxIdleTime)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("postgres: connect: %w", err)

@@ -35,6 +35,16 @@ var dialect = &sqlstore.Dialect{
 		c := se.Code()
 		return c == sqlite3.SQLITE_CONSTRAINT_UNIQUE || c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
 	},
+	// Busy or locked past busy_timeout: another process holds the file
+	// (one writer at a time); retrying later can succeed.
+	IsUnavailable: func(err error) bool {
+		var se *sqlite.Error
+		if !errors.As(err, &se) {
+			return false
+		}
+		c := se.Code() & 0xff // the primary code of an extended one
+		return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
+	},
 	BeginTx: func(ctx context.Context, db *sql.DB) (*sql.Tx, error) {
 		return db.BeginTx(ctx, nil) // _txlock=immediate in the DSN makes this BEGIN IMMEDIATE
 	},

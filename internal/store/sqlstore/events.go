@@ -91,9 +91,9 @@ func (q *queries) bumpSeqs(ctx context.Context, sessions []string, counts, next 
 		args = append(args, s, counts[s])
 	}
 	b.WriteString(`) AS v WHERE sessions.session_id = v.column1 RETURNING sessions.session_id, sessions.last_seq`)
-	rows, err := q.w.QueryContext(ctx, q.bind(b.String()), args...)
+	rows, err := q.queryWrite(ctx, b.String(), args...)
 	if err != nil {
-		return fmt.Errorf("allocate seqs: %w", mapErr(q.d, err))
+		return fmt.Errorf("allocate seqs: %w", err)
 	}
 	defer rows.Close()
 	found := 0
@@ -107,7 +107,7 @@ func (q *queries) bumpSeqs(ctx context.Context, sessions []string, counts, next 
 		found++
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("allocate seqs: %w", mapErr(q.d, err))
+		return fmt.Errorf("allocate seqs: %w", err)
 	}
 	if found != len(sessions) {
 		for _, s := range sessions {

@@ -76,9 +76,9 @@ func (q *queries) RunsEnded(ctx context.Context, runIDs []string) (map[string]bo
 	for i, id := range runIDs {
 		args[i] = id
 	}
-	rows, err := q.w.QueryContext(ctx, q.bind(query), args...)
+	rows, err := q.queryWrite(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("runs ended: %w", mapErr(q.d, err))
+		return nil, fmt.Errorf("runs ended: %w", err)
 	}
 	defer rows.Close()
 	ended := map[string]bool{}

@@ -17,12 +17,21 @@ func scanSession(row interface{ Scan(...any) error }) (*store.Session, error) {
 	return &s, nil
 }
 
-// SessionCreate inserts a session; ErrConflict if the id is taken.
+// SessionCreate inserts a session; ErrConflict if the id is taken. ON
+// CONFLICT DO NOTHING keeps a PostgreSQL transaction usable after a
+// concurrent creator won (it waits for that one to commit), so the caller
+// can read the winner's session and go on (issue 8, item 3).
 func (q *queries) SessionCreate(ctx context.Context, p *store.SessionCreateParams) (*store.Session, error) {
-	_, err := q.exec(ctx, `INSERT INTO sessions (session_id, user_id, created_at, last_seq, metadata) VALUES (?, ?, ?, 0, ?)`,
+	res, err := q.exec(ctx, `INSERT INTO sessions (session_id, user_id, created_at, last_seq, metadata) VALUES (?, ?, ?, 0, ?)
+		ON CONFLICT (session_id) DO NOTHING`,
 		p.SessionID, p.UserID, p.CreatedAt, jsonArg(p.Metadata, "{}"))
 	if err != nil {
 		return nil, fmt.Errorf("create session %s: %w", p.SessionID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return nil, fmt.Errorf("create session %s: %w", p.SessionID, mapErr(q.d, err))
+	} else if n == 0 {
+		return nil, fmt.Errorf("create session %s: id taken: %w", p.SessionID, store.ErrConflict)
 	}
 	return &store.Session{SessionID: p.SessionID, UserID: p.UserID, CreatedAt: p.CreatedAt, Metadata: p.Metadata}, nil
 }

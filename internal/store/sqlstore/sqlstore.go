@@ -6,6 +6,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,9 +25,16 @@ type Dialect struct {
 	Numbered bool
 	// IsUniqueViolation reports a unique/primary-key constraint error.
 	IsUniqueViolation func(error) bool
+	// IsUnavailable reports an error that says the database cannot be
+	// reached or cannot take work now (connection refused or lost, server
+	// shutting down, too many connections): callers should retry later.
+	IsUnavailable func(error) bool
 	// BeginTx starts a write transaction (SQLite needs BEGIN IMMEDIATE so
 	// writers queue on the lock instead of failing with SQLITE_BUSY later).
 	BeginTx func(ctx context.Context, db *sql.DB) (*sql.Tx, error)
+	// EscapeText: the database's text refuses NUL bytes and invalid UTF-8,
+	// so strings go through the text codec (text.go).
+	EscapeText bool
 }
 
 // DB is a store.Store. Writes go to write, reads to read; for SQLite those
@@ -55,11 +63,11 @@ func (db *DB) Dialect() string { return db.d.Name }
 // Ping checks both pools answer.
 func (db *DB) Ping(ctx context.Context) error {
 	if err := db.write.PingContext(ctx); err != nil {
-		return fmt.Errorf("ping: %w", err)
+		return fmt.Errorf("ping: %w", db.mapErr(err))
 	}
 	if db.read != db.write {
 		if err := db.read.PingContext(ctx); err != nil {
-			return fmt.Errorf("ping: %w", err)
+			return fmt.Errorf("ping: %w", db.mapErr(err))
 		}
 	}
 	return nil
@@ -156,39 +164,132 @@ func (q *queries) bind(query string) string {
 	return s
 }
 
+// Every statement goes through exec, queryRow, query or queryWrite: they
+// bind placeholders, escape string arguments for the dialect, and hand back
+// rows whose Scan unescapes strings and maps errors to the sentinels.
+
 func (q *queries) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	res, err := q.w.ExecContext(ctx, q.bind(query), args...)
+	res, err := q.w.ExecContext(ctx, q.bind(query), q.escape(args)...)
 	return res, mapErr(q.d, err)
 }
 
-func (q *queries) queryRow(ctx context.Context, write bool, query string, args ...any) *sql.Row {
+func (q *queries) queryRow(ctx context.Context, write bool, query string, args ...any) *row {
 	db := q.r
 	if write {
 		db = q.w
 	}
-	return db.QueryRowContext(ctx, q.bind(query), args...)
+	return &row{r: db.QueryRowContext(ctx, q.bind(query), q.escape(args)...), q: q}
 }
 
-func (q *queries) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	rows, err := q.r.QueryContext(ctx, q.bind(query), args...)
-	return rows, mapErr(q.d, err)
+func (q *queries) query(ctx context.Context, query string, args ...any) (*rows, error) {
+	return q.queryOn(ctx, q.r, query, args)
 }
+
+// queryWrite is query on the writer (inside a transaction: the statement
+// takes locks or changes rows).
+func (q *queries) queryWrite(ctx context.Context, query string, args ...any) (*rows, error) {
+	return q.queryOn(ctx, q.w, query, args)
+}
+
+func (q *queries) queryOn(ctx context.Context, db querier, query string, args []any) (*rows, error) {
+	rs, err := db.QueryContext(ctx, q.bind(query), q.escape(args)...)
+	if err != nil {
+		return nil, mapErr(q.d, err)
+	}
+	return &rows{Rows: rs, q: q}, nil
+}
+
+// escape applies the text codec to string arguments (a copy of args, only
+// when one changes).
+func (q *queries) escape(args []any) []any {
+	if !q.d.EscapeText {
+		return args
+	}
+	var out []any
+	for i, a := range args {
+		s, ok := a.(string)
+		if !ok || !needsEscape(s) {
+			continue
+		}
+		if out == nil {
+			out = append([]any(nil), args...)
+		}
+		out[i] = escapeText(s)
+	}
+	if out == nil {
+		return args
+	}
+	return out
+}
+
+// unescape reverses escape on scanned values.
+func (q *queries) unescape(dest []any) {
+	if !q.d.EscapeText {
+		return
+	}
+	for _, d := range dest {
+		switch v := d.(type) {
+		case *string:
+			*v = unescapeText(*v)
+		case nullJSON:
+			if *v.b != nil {
+				*v.b = unescapeJSON(*v.b)
+			}
+		}
+	}
+}
+
+// row is a *sql.Row whose Scan unescapes and maps errors.
+type row struct {
+	r *sql.Row
+	q *queries
+}
+
+func (r *row) Scan(dest ...any) error {
+	if err := r.r.Scan(dest...); err != nil {
+		return mapErr(r.q.d, err)
+	}
+	r.q.unescape(dest)
+	return nil
+}
+
+// rows is *sql.Rows whose Scan unescapes and whose errors are mapped.
+type rows struct {
+	*sql.Rows
+	q *queries
+}
+
+func (r *rows) Scan(dest ...any) error {
+	if err := r.Rows.Scan(dest...); err != nil {
+		return mapErr(r.q.d, err)
+	}
+	r.q.unescape(dest)
+	return nil
+}
+
+func (r *rows) Err() error { return mapErr(r.q.d, r.Rows.Err()) }
 
 // mapErr maps driver errors to store sentinels, keeping the original text.
+// It is idempotent: an error already mapped comes back unchanged.
 func mapErr(d *Dialect, err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrUnavailable):
+		return err
 	case errors.Is(err, sql.ErrNoRows):
 		return store.ErrNotFound
 	case d.IsUniqueViolation(err):
 		return fmt.Errorf("%w: %v", store.ErrConflict, err)
+	case errors.Is(err, sql.ErrConnDone), errors.Is(err, driver.ErrBadConn), d.IsUnavailable != nil && d.IsUnavailable(err):
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	return err
 }
 
-// jsonArg passes JSON to the driver: PostgreSQL's jsonb wants text, and an
-// empty value must become SQL NULL or the column default's equivalent.
+// jsonArg passes JSON to the driver as a string (JSON columns are text on
+// both databases, and a string goes through the text codec), and an empty
+// value must become SQL NULL or the column default's equivalent.
 func jsonArg(b []byte, empty string) any {
 	if len(b) == 0 {
 		if empty == "" {
@@ -199,7 +300,7 @@ func jsonArg(b []byte, empty string) any {
 	return string(b)
 }
 
-// nullJSON scans a nullable JSON column.
+// nullJSON scans a nullable JSON column (unescaped by row and rows).
 type nullJSON struct{ b *json.RawMessage }
 
 func (n nullJSON) Scan(src any) error {

@@ -903,7 +903,7 @@ func openRaw(t *testing.T, dialect string) (store.Store, *sql.DB) {
 		s, err = sqlite.Open(ctx, path)
 		driver, dsn = "sqlite", "file:"+path+"?_pragma=busy_timeout(10000)"
 	} else {
-		s, err = postgres.Open(ctx, dsn)
+		s, err = postgres.Open(ctx, dsn, postgres.Options{})
 	}
 	if err != nil {
 		t.Fatal(err)
