@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -42,6 +43,29 @@ type follower struct {
 	sub  *eventlog.Subscription
 	stop context.CancelFunc
 	done chan struct{}
+
+	// delivered is the last seq the client has been sent (internal events
+	// count as sent). It moves only after the write, unlike the
+	// subscription's cursor, which moves when Next returns: a shutdown that
+	// waits for delivered, not the cursor, does not close the socket while
+	// the last events are still on their way (issue 8 item 5).
+	delivered atomic.Int64
+	moved     chan struct{} // a token when delivered moves
+}
+
+func newFollower(sub *eventlog.Subscription, stop context.CancelFunc, afterSeq int64) *follower {
+	f := &follower{sub: sub, stop: stop, done: make(chan struct{}), moved: make(chan struct{}, 1)}
+	f.delivered.Store(afterSeq)
+	return f
+}
+
+// sent records that the client has everything up to seq.
+func (f *follower) sent(seq int64) {
+	f.delivered.Store(seq)
+	select {
+	case f.moved <- struct{}{}:
+	default:
+	}
 }
 
 func newConn(s *Server, ws *websocket.Conn) *conn {
@@ -184,23 +208,35 @@ func (c *conn) teardown() {
 	}
 }
 
-// drain waits (bounded by ctx and a short cap) until each followed session
-// has delivered what its log holds, so a shutdown does not cut the last events.
-func (c *conn) drain(ctx context.Context) {
-	deadline := time.Now().Add(time.Second)
+// followers lists the deliveries of c.
+func (c *conn) followers() []*follower {
 	c.mu.Lock()
-	subs := make([]*follower, 0, len(c.subs))
+	defer c.mu.Unlock()
+	out := make([]*follower, 0, len(c.subs))
 	for _, f := range c.subs {
-		subs = append(subs, f)
+		out = append(out, f)
 	}
-	c.mu.Unlock()
-	for _, f := range subs {
-		for time.Now().Before(deadline) && ctx.Err() == nil {
-			sess, err := c.s.st.SessionGet(ctx, f.sub.SessionID())
-			if err != nil || f.sub.Cursor() >= sess.LastSeq {
-				break
+	return out
+}
+
+// drain waits, bounded by ctx, until each followed session has been sent up
+// to its seq in last (what the log held when the shutdown began), so a
+// shutdown does not cut the last events. A delivery that ended (a failed
+// write) is not waited for.
+func (c *conn) drain(ctx context.Context, last map[string]int64) {
+	for _, f := range c.followers() {
+		target, ok := last[f.sub.SessionID()]
+		if !ok {
+			continue
+		}
+		for f.delivered.Load() < target {
+			select {
+			case <-f.moved:
+			case <-f.done:
+				return
+			case <-ctx.Done():
+				return
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
 	}
 }

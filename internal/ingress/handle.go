@@ -169,7 +169,7 @@ func (c *conn) followSession(sessionID string, afterSeq int64, restart bool) {
 		<-old.done
 	}
 	ctx, stop := context.WithCancel(c.ctx)
-	f := &follower{sub: c.s.log.Subscribe(sessionID, afterSeq), stop: stop, done: make(chan struct{})}
+	f := newFollower(c.s.log.Subscribe(sessionID, afterSeq), stop, afterSeq)
 	c.mu.Lock()
 	c.subs[sessionID] = f
 	c.mu.Unlock()
@@ -192,6 +192,9 @@ func (c *conn) deliver(ctx context.Context, f *follower) {
 			if b := ClientMessage(&evs[i]); b != nil && !c.write(b) {
 				return
 			}
+		}
+		if len(evs) > 0 {
+			f.sent(evs[len(evs)-1].Seq)
 		}
 	}
 }

@@ -175,11 +175,16 @@ func (s *Server) follow(c *conn, sessionID string, on bool) {
 	}
 }
 
-// Shutdown refuses new connections, gives subscriptions a moment to deliver
-// the last committed events, then closes every connection with 1001 so
-// clients reconnect elsewhere and resume from their last seq. Presence
-// writes still queued get until ctx ends; then the caller should drop this
-// process's presence rows (store.SessionClientsDeleteInstance).
+// drainWait bounds how long a shutdown waits for clients to be sent the
+// events committed before it began.
+const drainWait = 2 * time.Second
+
+// Shutdown refuses new connections, waits (up to drainWait) until every
+// connection has been sent the events its sessions' logs held when the
+// shutdown began, then closes every connection with 1001 so clients
+// reconnect elsewhere and resume from their last seq. Presence writes still
+// queued get until ctx ends; then the caller should drop this process's
+// presence rows (store.SessionClientsDeleteInstance).
 func (s *Server) Shutdown(ctx context.Context) {
 	s.mu.Lock()
 	s.closing = true
@@ -188,9 +193,29 @@ func (s *Server) Shutdown(ctx context.Context) {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
+	dctx, cancel := context.WithTimeout(ctx, drainWait)
+	// The run manager has written its runs' last events by now (the caller
+	// shut it down first): each session's last seq, read once, is what
+	// its clients must receive before the close.
+	last := map[string]int64{}
 	for _, c := range conns {
-		c.drain(ctx)
+		for _, f := range c.followers() {
+			sid := f.sub.SessionID()
+			if _, ok := last[sid]; ok {
+				continue
+			}
+			sess, err := s.st.SessionGet(dctx, sid)
+			if err != nil {
+				s.opts.Logger.Warn("shutdown: read session end", "session_id", sid, "err", err)
+				continue
+			}
+			last[sid] = sess.LastSeq
+		}
 	}
+	for _, c := range conns {
+		c.drain(dctx, last)
+	}
+	cancel()
 	for _, c := range conns {
 		c.closeWith(websocket.CloseGoingAway, "server shutting down")
 	}
