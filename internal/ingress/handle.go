@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/agentplane/agentplane/internal/agent"
@@ -87,11 +88,19 @@ func (c *conn) subscribe(ctx context.Context, cmd *command) {
 	sess, err := c.s.st.SessionGet(ctx, cmd.SessionID)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && sess.UserID != c.user()) {
 		// Another user's session is indistinguishable from none.
-		c.send(errorReply(cmd.RequestID, "session_not_found", "no such session"))
+		c.fail(cmd.RequestID, run.ErrSessionNotFound)
 		return
 	}
 	if err != nil {
 		c.fail(cmd.RequestID, err)
+		return
+	}
+	if cmd.AfterSeq > sess.LastSeq {
+		// A cursor past the end would skip the next events as already
+		// seen; the client is told where the session ends instead.
+		r := errorReply(cmd.RequestID, "invalid_after_seq", fmt.Sprintf("after_seq %d is past the session's last seq %d", cmd.AfterSeq, sess.LastSeq))
+		r.SessionID, r.LastSeq = cmd.SessionID, &sess.LastSeq
+		c.send(r)
 		return
 	}
 	c.followSession(cmd.SessionID, cmd.AfterSeq, true)
