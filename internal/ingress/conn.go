@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/respond"
 )
 
 // hardFrameLimit is where the connection is closed (1009) rather than
@@ -103,7 +104,7 @@ func (c *conn) serve() {
 				c.closeWith(websocket.CloseMessageTooBig, "message too large")
 				return
 			}
-			c.send(errorReply("", "message_too_large", "messages are limited to "+itoa(max)+" bytes"))
+			c.send(errorReply("", "message_too_large", "messages are limited to "+respond.Size(int64(max))))
 			continue
 		}
 		if mt != websocket.TextMessage {
@@ -119,11 +120,6 @@ func (c *conn) serve() {
 		c.ws.SetReadDeadline(time.Now().Add(c.s.opts.PongWait))
 		c.handle(data)
 	}
-}
-
-func itoa(n int) string {
-	b, _ := json.Marshal(n)
-	return string(b)
 }
 
 func (c *conn) user() string {

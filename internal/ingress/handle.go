@@ -49,6 +49,11 @@ func (c *conn) fail(requestID string, err error) {
 		c.send(errorReply(requestID, e.Code, e.Message))
 		return
 	}
+	if respond.Cancelled(c.ctx, err) {
+		// The connection is closing; nobody reads the answer.
+		c.log.Debug("client command cancelled", "request_id", requestID, "err", err)
+		return
+	}
 	c.log.Error("client command failed", "request_id", requestID, "err", err)
 	c.send(errorReply(requestID, "internal", "internal error"))
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/toolsvc"
@@ -125,7 +126,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	closing := s.closing
 	s.mu.Unlock()
 	if closing {
-		http.Error(w, `{"error":{"code":"shutting_down","message":"the platform is shutting down"}}`, http.StatusServiceUnavailable)
+		respond.Err(w, r, run.ErrShuttingDown)
 		return
 	}
 	ws, err := s.upgrader.Upgrade(w, r, nil)
