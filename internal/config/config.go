@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,6 +37,14 @@ type Config struct {
 	AgentIdleTimeout      time.Duration
 	HealthInterval        time.Duration
 	MaxFrameBytes         int
+
+	// Connection limits (issue 8 item 10): what an operator can promise
+	// whatever clients do. Zero means no cap.
+	MaxConnections                int           // open connections, HTTP and WebSocket
+	MaxUnauthenticatedConnections int           // connections that have not presented a valid key yet; the oldest gives way
+	MaxWSPerUser                  int           // WebSocket connections per user key, per process
+	BodyReadTimeout               time.Duration // time to receive a request body (not streams)
+	WSHelloTimeout                time.Duration // time for a WebSocket client's valid hello
 
 	File File // the YAML file, if any
 }
@@ -70,6 +79,19 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		}
 		return def
 	}
+	var envErrs []error
+	envInt := func(name string, def int) int {
+		v := getenv(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			envErrs = append(envErrs, fmt.Errorf("%s must be an integer, got %q", name, v))
+			return def
+		}
+		return n
+	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var apiKeys string
@@ -89,7 +111,15 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	fs.DurationVar(&c.AgentIdleTimeout, "agent-idle-timeout", 60*time.Second, "longest gap between an agent's SSE events")
 	fs.DurationVar(&c.HealthInterval, "health-interval", 15*time.Second, "how often agents' /health is probed")
 	fs.IntVar(&c.MaxFrameBytes, "max-frame-bytes", 1<<20, "largest WebSocket message accepted from a client")
+	fs.IntVar(&c.MaxConnections, "max-connections", envInt("AGENTPLANE_MAX_CONNECTIONS", 10000), "open connections at most, HTTP and WebSocket; 0 = no cap (AGENTPLANE_MAX_CONNECTIONS)")
+	fs.IntVar(&c.MaxUnauthenticatedConnections, "max-unauthenticated-connections", envInt("AGENTPLANE_MAX_UNAUTHENTICATED_CONNECTIONS", 1000), "connections that have not presented a valid key yet; over it the oldest is closed; 0 = no cap (AGENTPLANE_MAX_UNAUTHENTICATED_CONNECTIONS)")
+	fs.IntVar(&c.MaxWSPerUser, "max-ws-per-user", envInt("AGENTPLANE_MAX_WS_PER_USER", 64), "WebSocket connections one user key may hold open on this process; 0 = no cap (AGENTPLANE_MAX_WS_PER_USER)")
+	fs.DurationVar(&c.BodyReadTimeout, "body-read-timeout", 30*time.Second, "time a client has to send a request body (streams are not cut)")
+	fs.DurationVar(&c.WSHelloTimeout, "ws-hello-timeout", 10*time.Second, "time a WebSocket client has to say a valid hello")
 	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if err := errors.Join(envErrs...); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -132,6 +162,12 @@ func (c *Config) validate() error {
 	}
 	if c.MaxFrameBytes < 1024 {
 		errs = append(errs, errors.New("--max-frame-bytes must be at least 1024"))
+	}
+	if c.MaxConnections < 0 || c.MaxUnauthenticatedConnections < 0 || c.MaxWSPerUser < 0 {
+		errs = append(errs, errors.New("connection limits must not be negative (0 means no cap)"))
+	}
+	if c.BodyReadTimeout <= 0 || c.WSHelloTimeout <= 0 {
+		errs = append(errs, errors.New("--body-read-timeout and --ws-hello-timeout must be positive"))
 	}
 	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/agentplane/agentplane/internal/connlimit"
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/respond"
 )
@@ -30,6 +32,9 @@ type conn struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
+	// httpCtx is the upgrade request's context: it names the network
+	// connection for connlimit.
+	httpCtx context.Context
 
 	wmu sync.Mutex // one writer at a time
 
@@ -69,9 +74,9 @@ func (f *follower) sent(seq int64) {
 	}
 }
 
-func newConn(s *Server, ws *websocket.Conn) *conn {
+func newConn(s *Server, ws *websocket.Conn, httpCtx context.Context) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &conn{s: s, ws: ws, log: s.opts.Logger, ctx: ctx, cancel: cancel, subs: map[string]*follower{}}
+	return &conn{s: s, ws: ws, log: s.opts.Logger, ctx: ctx, cancel: cancel, httpCtx: httpCtx, subs: map[string]*follower{}}
 }
 
 func (c *conn) serve() {
@@ -80,6 +85,12 @@ func (c *conn) serve() {
 	c.ws.SetReadLimit(int64(max) * hardFrameFactor)
 	c.ws.SetReadDeadline(time.Now().Add(c.s.opts.HelloTimeout))
 	c.ws.SetPongHandler(func(string) error {
+		if c.user() == "" {
+			// Before hello the hello deadline stands: a client sending
+			// pongs (unasked) must not keep an unauthenticated
+			// connection open.
+			return nil
+		}
 		return c.ws.SetReadDeadline(time.Now().Add(c.s.opts.PongWait))
 	})
 	c.ping = time.AfterFunc(c.s.opts.PingInterval, c.sendPing)
@@ -141,6 +152,12 @@ func (c *conn) hello(data []byte) bool {
 		c.closeWith(websocket.ClosePolicyViolation, "unauthorized")
 		return false
 	}
+	connlimit.Authenticated(c.httpCtx)
+	if !c.s.admit(userID) {
+		c.send(errorReply(requestID, "too_many_connections", fmt.Sprintf("user %s already has %d connections open (the limit); close one first", userID, c.s.opts.MaxPerUser)))
+		c.closeWith(websocket.ClosePolicyViolation, "too many connections")
+		return false
+	}
 	c.mu.Lock()
 	c.userID = userID
 	c.mu.Unlock()
@@ -189,6 +206,9 @@ func (c *conn) closeWith(code int, text string) {
 func (c *conn) teardown() {
 	if c.ping != nil {
 		c.ping.Stop()
+	}
+	if u := c.user(); u != "" {
+		c.s.leave(u)
 	}
 	c.cancel()
 	c.ws.Close()

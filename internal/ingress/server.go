@@ -27,8 +27,13 @@ type Options struct {
 	// MaxFrameBytes is the largest message accepted; larger ones get an
 	// error reply and the connection stays open. Default 1 MiB.
 	MaxFrameBytes int
-	// HelloTimeout is how long a new connection may take to say hello.
+	// HelloTimeout is how long a new connection may take to say a valid
+	// hello; then it is closed. Default 10 s.
 	HelloTimeout time.Duration
+	// MaxPerUser bounds the connections one user may hold open on this
+	// process; a hello over it gets error too_many_connections and the
+	// connection is closed. 0 means no cap.
+	MaxPerUser int
 	// PingInterval is how often the server pings; a client that has not
 	// answered within PongWait is dropped.
 	PingInterval time.Duration
@@ -69,6 +74,7 @@ type Server struct {
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	sessions map[string]map[*conn]struct{} // session -> connections following it
+	users    map[string]int                // user -> connections that said hello
 	closing  bool
 	count    atomic.Int64
 }
@@ -94,7 +100,7 @@ func New(keys *auth.Keys, runs *run.Manager, log *eventlog.Log, opts Options) *S
 		opts.Logger = slog.Default()
 	}
 	s := &Server{keys: keys, runs: runs, log: log, st: log.Store(), opts: opts,
-		conns: map[*conn]struct{}{}, sessions: map[string]map[*conn]struct{}{}}
+		conns: map[*conn]struct{}{}, sessions: map[string]map[*conn]struct{}{}, users: map[string]int{}}
 	if opts.Presence != nil {
 		s.presence = newPresence(opts.Presence, opts.Logger)
 	}
@@ -133,7 +139,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the upgrader has answered
 	}
-	c := newConn(s, ws)
+	c := newConn(s, ws, r.Context())
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
@@ -145,6 +151,27 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.count.Add(-1)
 	}()
 	c.serve()
+}
+
+// admit counts a connection of userID, or reports false when the user
+// already holds MaxPerUser.
+func (s *Server) admit(userID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.opts.MaxPerUser > 0 && s.users[userID] >= s.opts.MaxPerUser {
+		return false
+	}
+	s.users[userID]++
+	return true
+}
+
+// leave uncounts a connection admit counted.
+func (s *Server) leave(userID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.users[userID]--; s.users[userID] <= 0 {
+		delete(s.users, userID)
+	}
 }
 
 // follow adds c to (or removes it from) the connections following

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -111,12 +112,17 @@ func decode(w http.ResponseWriter, r *http.Request, max int64, v any, strict boo
 }
 
 // BodyError turns a failure to read or decode a JSON request body into
-// the API error: 413 request_too_large naming the limit, or 400
+// the API error: 413 request_too_large naming the limit, 408
+// request_timeout when the body did not arrive in time, or 400
 // invalid_json saying what is wrong in the body's terms (JSONMessage).
 func BodyError(err error) *Error {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return E(http.StatusRequestEntityTooLarge, "request_too_large", "request body exceeds "+Size(mbe.Limit))
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The server's body read deadline (--body-read-timeout) passed.
+		return E(http.StatusRequestTimeout, "request_timeout", "the request body did not arrive in time")
 	}
 	return E(http.StatusBadRequest, "invalid_json", JSONMessage(err))
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 )
@@ -82,6 +83,10 @@ func TestDecodeRefusals(t *testing.T) {
 	}
 	if e := post(`{} {}`, false); e == nil || e.Message != "trailing data after the JSON body" {
 		t.Errorf("trailing data: %v", e)
+	}
+	// The server's body read deadline passing.
+	if e := BodyError(fmt.Errorf("read tcp: %w", os.ErrDeadlineExceeded)); e.Status != 408 || e.Code != "request_timeout" {
+		t.Errorf("deadline: %v", e)
 	}
 }
 
