@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentplane/agentplane/internal/connlimit"
 	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/store"
 )
@@ -132,7 +133,13 @@ func (k *Keys) UserByKey(userID, key string) bool {
 	return ok && subtle.ConstantTimeCompare([]byte(u), []byte(userID)) == 1
 }
 
-// Request resolves r's bearer key.
+// Request resolves r's bearer key. A valid key also marks r's connection
+// authenticated, so the connection limits no longer count it as a
+// stranger's (connlimit).
 func (k *Keys) Request(r *http.Request) (Principal, error) {
-	return k.Resolve(r.Context(), Bearer(r))
+	p, err := k.Resolve(r.Context(), Bearer(r))
+	if err == nil {
+		connlimit.Authenticated(r.Context())
+	}
+	return p, err
 }

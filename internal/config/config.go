@@ -52,6 +52,14 @@ type Config struct {
 	MaxRunEvents       int
 	MaxTranscriptBytes int
 
+	// Connection limits (issue 8 item 10): what an operator can promise
+	// whatever clients do. Zero means no cap.
+	MaxConnections                int           // open connections, HTTP and WebSocket
+	MaxUnauthenticatedConnections int           // connections that have not presented a valid key yet; the oldest gives way
+	MaxWSPerUser                  int           // WebSocket connections per user key, per process
+	BodyReadTimeout               time.Duration // time to receive a request body (not streams)
+	WSHelloTimeout                time.Duration // time for a WebSocket client's valid hello
+
 	File File // the YAML file, if any
 }
 
@@ -85,7 +93,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		}
 		return def
 	}
-	var badInt error
+	var envErrs []error
 	envInt := func(name string, def int) int {
 		v := getenv(name)
 		if v == "" {
@@ -93,7 +101,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			badInt = fmt.Errorf("%s must be an integer, got %q", name, v)
+			envErrs = append(envErrs, fmt.Errorf("%s must be an integer, got %q", name, v))
 			return def
 		}
 		return n
@@ -122,11 +130,16 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	fs.Int64Var(&c.MaxRunOutputBytes, "max-run-output-bytes", int64(envInt("AGENTPLANE_MAX_RUN_OUTPUT_BYTES", 8<<20)), "bytes of deltas and states one run may stream before it fails output_too_large (AGENTPLANE_MAX_RUN_OUTPUT_BYTES)")
 	fs.IntVar(&c.MaxRunEvents, "max-run-events", envInt("AGENTPLANE_MAX_RUN_EVENTS", 100_000), "delta and state events one run may stream before it fails output_too_large (AGENTPLANE_MAX_RUN_EVENTS)")
 	fs.IntVar(&c.MaxTranscriptBytes, "max-transcript-bytes", envInt("AGENTPLANE_MAX_TRANSCRIPT_BYTES", 1<<20), "bytes of transcript content sent to an agent in messages[], newest first (AGENTPLANE_MAX_TRANSCRIPT_BYTES)")
+	fs.IntVar(&c.MaxConnections, "max-connections", envInt("AGENTPLANE_MAX_CONNECTIONS", 10000), "open connections at most, HTTP and WebSocket; 0 = no cap (AGENTPLANE_MAX_CONNECTIONS)")
+	fs.IntVar(&c.MaxUnauthenticatedConnections, "max-unauthenticated-connections", envInt("AGENTPLANE_MAX_UNAUTHENTICATED_CONNECTIONS", 1000), "connections that have not presented a valid key yet; over it the oldest is closed; 0 = no cap (AGENTPLANE_MAX_UNAUTHENTICATED_CONNECTIONS)")
+	fs.IntVar(&c.MaxWSPerUser, "max-ws-per-user", envInt("AGENTPLANE_MAX_WS_PER_USER", 64), "WebSocket connections one user key may hold open on this process; 0 = no cap (AGENTPLANE_MAX_WS_PER_USER)")
+	fs.DurationVar(&c.BodyReadTimeout, "body-read-timeout", 30*time.Second, "time a client has to send a request body (streams are not cut)")
+	fs.DurationVar(&c.WSHelloTimeout, "ws-hello-timeout", 10*time.Second, "time a WebSocket client has to say a valid hello")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	if badInt != nil {
-		return nil, badInt
+	if err := errors.Join(envErrs...); err != nil {
+		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
@@ -200,6 +213,12 @@ func (c *Config) validate() error {
 		errs = append(errs, errors.New("--db-max-idle-time must be positive"))
 	}
 	errs = append(errs, checkKeys(c.AdminKey, c.APIKeys)...)
+	if c.MaxConnections < 0 || c.MaxUnauthenticatedConnections < 0 || c.MaxWSPerUser < 0 {
+		errs = append(errs, errors.New("connection limits must not be negative (0 means no cap)"))
+	}
+	if c.BodyReadTimeout <= 0 || c.WSHelloTimeout <= 0 {
+		errs = append(errs, errors.New("--body-read-timeout and --ws-hello-timeout must be positive"))
+	}
 	return errors.Join(errs...)
 }
 

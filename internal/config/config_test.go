@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -29,6 +30,23 @@ func TestFlagsOverrideEnv(t *testing.T) {
 	}
 	if c.Addr != "127.0.0.1:9999" || c.Role != "ingress" || c.APIKeys["bob"] != "k2" || c.DB != "postgres://x/y" {
 		t.Fatalf("%+v", c)
+	}
+}
+
+func TestConnectionLimits(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxConnections != 10000 || c.MaxUnauthenticatedConnections != 1000 || c.MaxWSPerUser != 64 || c.BodyReadTimeout != 30*time.Second || c.WSHelloTimeout != 10*time.Second {
+		t.Fatalf("defaults: %+v", c)
+	}
+	c, err = Load([]string{"--max-ws-per-user", "3"}, env(map[string]string{"AGENTPLANE_MAX_CONNECTIONS": "0", "AGENTPLANE_MAX_UNAUTHENTICATED_CONNECTIONS": "50", "AGENTPLANE_MAX_WS_PER_USER": "9"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxConnections != 0 || c.MaxUnauthenticatedConnections != 50 || c.MaxWSPerUser != 3 {
+		t.Fatalf("env and flags: %+v", c)
 	}
 }
 
@@ -56,6 +74,9 @@ func TestBadInput(t *testing.T) {
 		"maxconns":    {env: map[string]string{"AGENTPLANE_DB_MAX_CONNS": "1"}, want: "AGENTPLANE_DB_MAX_CONNS"},
 		"maxconnsNaN": {env: map[string]string{"AGENTPLANE_DB_MAX_CONNS": "many"}, want: "AGENTPLANE_DB_MAX_CONNS must be an integer"},
 		"idletime":    {args: []string{"--db-max-idle-time", "0s"}, want: "db-max-idle-time"},
+		"conns":    {env: map[string]string{"AGENTPLANE_MAX_CONNECTIONS": "many"}, want: "AGENTPLANE_MAX_CONNECTIONS"},
+		"negative": {args: []string{"--max-ws-per-user", "-1"}, want: "negative"},
+		"body":     {args: []string{"--body-read-timeout", "0s"}, want: "body-read-timeout"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Load(tc.args, env(tc.env), io.Discard)

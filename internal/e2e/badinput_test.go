@@ -127,7 +127,7 @@ func TestUsersOnlyReachTheirOwnSessions(t *testing.T) {
 		t.Fatalf("bob subscribing to alice's session: %v", m)
 	}
 	bob.send(map[string]any{"type": "agent_invoke", "request_id": "b2", "session_id": sid, "agent_id": "forever", "message": map[string]any{"role": "user", "content": "hi"}})
-	if m := bob.next(); m["type"] != "error" || (m["code"] != "forbidden" && m["code"] != "session_busy") {
+	if m := bob.next(); m["type"] != "error" || (m["code"] != "session_not_found") {
 		t.Fatalf("bob invoking in alice's session: %v", m)
 	}
 	bob.send(map[string]any{"type": "cancel_run", "request_id": "b3", "run_id": runID})

@@ -162,6 +162,16 @@ func (s *server) stop() {
 		s.cmd.Process.Kill()
 		s.t.Errorf("server did not stop on SIGTERM:\n%s", s.output())
 	}
+	s.checkRaces()
+}
+
+// checkRaces fails the test when the server (built with -race) reported a
+// data race: the detector only prints, and the exit code of a process
+// stopped by a signal is not looked at.
+func (s *server) checkRaces() {
+	if out := s.output(); strings.Contains(out, "WARNING: DATA RACE") {
+		s.t.Errorf("the server reported a data race:\n%s", out)
+	}
 }
 
 // kill ends the process at once, as a crash would.

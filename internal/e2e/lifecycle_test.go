@@ -67,24 +67,47 @@ func TestGracefulShutdown(t *testing.T) {
 			s.register("forever", ag.URL)
 			c := dial(t, s, "alice", "alice-key")
 			started, _ := c.invokeUntilDeltas("forever", 2)
+			// More clients following the session: each must get the run's
+			// last event before its socket closes (the drain once compared
+			// a cursor that moves before the write, and closed early).
+			clients := []*client{c}
+			for range 8 {
+				o := dial(t, s, "alice", "alice-key")
+				o.send(map[string]any{"type": "subscribe", "session_id": started["session_id"], "after_seq": seqOf(started)})
+				clients = append(clients, o)
+			}
+			for _, o := range clients[1:] {
+				for m := o.next(); m["type"] != "delta"; m = o.next() {
+				}
+			}
 			stopped := time.Now()
+			// Each client reads while the server stops, as a real one does.
+			saw := make([]chan bool, len(clients))
+			for i, o := range clients {
+				saw[i] = make(chan bool, 1)
+				go func() {
+					sawFailure := false
+					for {
+						m, err := o.read(10 * time.Second)
+						if err != nil {
+							break
+						}
+						if m["type"] == "error" && m["code"] == "platform_shutdown" {
+							sawFailure = true
+						}
+					}
+					saw[i] <- sawFailure
+				}()
+			}
 			s.stop()
 			if d := time.Since(stopped); d > 10*time.Second {
 				t.Fatalf("shutdown took %v", d)
 			}
-			// The connected client saw the failure before the socket closed.
-			sawFailure := false
-			for {
-				m, err := c.read(5 * time.Second)
-				if err != nil {
-					break
+			// Every connected client saw the failure before the socket closed.
+			for i := range clients {
+				if !<-saw[i] {
+					t.Errorf("client %d did not receive the platform_shutdown failure before close", i)
 				}
-				if m["type"] == "error" && m["code"] == "platform_shutdown" {
-					sawFailure = true
-				}
-			}
-			if !sawFailure {
-				t.Errorf("client did not receive the platform_shutdown failure before close")
 			}
 			s.restart()
 			code, run := s.call("GET", "/v1/runs/"+started["run_id"].(string), adminKey, nil)

@@ -124,7 +124,9 @@ type Subscription struct {
 // SessionID is the followed session.
 func (s *Subscription) SessionID() string { return s.sessionID }
 
-// Cursor is the last seq Next returned.
+// Cursor is the last seq Next returned. It moves when Next returns, before
+// the caller has done anything with the events, and only the goroutine
+// calling Next may read it.
 func (s *Subscription) Cursor() int64 { return s.cursor }
 
 func (s *Subscription) push(e store.Event) {

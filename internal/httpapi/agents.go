@@ -43,7 +43,9 @@ func (a *API) agentRegister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req RegisterRequest
-	if err := respond.DecodeJSON(w, r, maxBody, &req); err != nil {
+	// Unknown fields are refused, as for tools: a misspelt "linked_agent"
+	// must not silently register an agent without its links.
+	if err := respond.DecodeJSONStrict(w, r, maxBody, &req); err != nil {
 		respond.Err(w, r, err)
 		return
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/respond"
+	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
 )
 
@@ -14,7 +15,7 @@ var (
 	errForbidden    = respond.E(http.StatusForbidden, "forbidden", "this key may not do that")
 	errAdminOnly    = respond.E(http.StatusForbidden, "forbidden", "the admin key is required")
 	errRunNotFound  = respond.E(http.StatusNotFound, "run_not_found", "no such run")
-	errSessNotFound = respond.E(http.StatusNotFound, "session_not_found", "no such session")
+	errSessNotFound = run.ErrSessionNotFound // the same answer as agent_invoke's and subscribe's
 )
 
 // principal authenticates r or writes 401 and returns ok=false.

@@ -12,6 +12,7 @@ import (
 	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/metrics"
+	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/toolsvc"
@@ -88,11 +89,11 @@ func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2e9)
 	defer cancel()
 	if a.Ready != nil && !a.Ready() {
-		http.Error(w, `{"ok":false,"reason":"shutting down"}`, http.StatusServiceUnavailable)
+		respond.JSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "reason": "shutting down"})
 		return
 	}
 	if err := a.St.Ping(ctx); err != nil {
-		http.Error(w, `{"ok":false,"reason":"store unavailable"}`, http.StatusServiceUnavailable)
+		respond.JSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "reason": "store unavailable"})
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -30,6 +31,29 @@ func (a *API) runFor(r *http.Request, p auth.Principal, id string) (*store.Run, 
 	return nil, errRunNotFound
 }
 
+// runView is a run as the API shows it: ended_at and error only once it
+// has ended (never as null), and usage always — the usage the agent
+// reported, {} until it has.
+type runView struct {
+	*store.Run
+	Usage json.RawMessage `json:"usage"`
+}
+
+func viewRun(rn *store.Run) runView {
+	c := *rn
+	if !store.RunIsTerminal(c.Status) {
+		c.EndedAt, c.Error = 0, nil
+	}
+	if string(c.Error) == "null" {
+		c.Error = nil
+	}
+	v := runView{Run: &c, Usage: c.Usage}
+	if len(v.Usage) == 0 || string(v.Usage) == "null" {
+		v.Usage = json.RawMessage("{}")
+	}
+	return v
+}
+
 func (a *API) runGet(w http.ResponseWriter, r *http.Request) {
 	p, ok := a.principal(w, r)
 	if !ok {
@@ -40,7 +64,7 @@ func (a *API) runGet(w http.ResponseWriter, r *http.Request) {
 		respond.Err(w, r, err)
 		return
 	}
-	respond.JSON(w, http.StatusOK, rn)
+	respond.JSON(w, http.StatusOK, viewRun(rn))
 }
 
 // runEvents is the replay API of one run (admin, or the user who owns it).
@@ -156,5 +180,5 @@ func (a *API) runVerb(w http.ResponseWriter, r *http.Request) {
 		respond.Err(w, r, err)
 		return
 	}
-	respond.JSON(w, http.StatusOK, rn)
+	respond.JSON(w, http.StatusOK, viewRun(rn))
 }

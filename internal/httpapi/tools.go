@@ -1,9 +1,7 @@
 package httpapi
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -21,21 +19,9 @@ func (a *API) toolPut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PathValue("tool_name")
-	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-	raw, err := io.ReadAll(r.Body)
-	if err != nil {
-		respond.Err(w, r, respond.E(http.StatusRequestEntityTooLarge, "request_too_large", "request body too large"))
-		return
-	}
 	var d tool.Definition
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&d); err != nil {
-		respond.Err(w, r, respond.E(http.StatusBadRequest, "invalid_json", "tool definition: "+err.Error()))
-		return
-	}
-	if dec.More() {
-		respond.Err(w, r, respond.E(http.StatusBadRequest, "invalid_json", "trailing data after the JSON body"))
+	if err := respond.DecodeJSONStrict(w, r, maxBody, &d); err != nil {
+		respond.Err(w, r, err)
 		return
 	}
 	if d.Name != "" && d.Name != name {

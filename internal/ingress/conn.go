@@ -4,14 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/agentplane/agentplane/internal/connlimit"
 	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/respond"
 )
 
 // hardFrameLimit is where the connection is closed (1009) rather than
@@ -28,6 +32,9 @@ type conn struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
+	// httpCtx is the upgrade request's context: it names the network
+	// connection for connlimit.
+	httpCtx context.Context
 
 	wmu sync.Mutex // one writer at a time
 
@@ -42,11 +49,34 @@ type follower struct {
 	sub  *eventlog.Subscription
 	stop context.CancelFunc
 	done chan struct{}
+
+	// delivered is the last seq the client has been sent (internal events
+	// count as sent). It moves only after the write, unlike the
+	// subscription's cursor, which moves when Next returns: a shutdown that
+	// waits for delivered, not the cursor, does not close the socket while
+	// the last events are still on their way (issue 8 item 5).
+	delivered atomic.Int64
+	moved     chan struct{} // a token when delivered moves
 }
 
-func newConn(s *Server, ws *websocket.Conn) *conn {
+func newFollower(sub *eventlog.Subscription, stop context.CancelFunc, afterSeq int64) *follower {
+	f := &follower{sub: sub, stop: stop, done: make(chan struct{}), moved: make(chan struct{}, 1)}
+	f.delivered.Store(afterSeq)
+	return f
+}
+
+// sent records that the client has everything up to seq.
+func (f *follower) sent(seq int64) {
+	f.delivered.Store(seq)
+	select {
+	case f.moved <- struct{}{}:
+	default:
+	}
+}
+
+func newConn(s *Server, ws *websocket.Conn, httpCtx context.Context) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &conn{s: s, ws: ws, log: s.opts.Logger, ctx: ctx, cancel: cancel, subs: map[string]*follower{}}
+	return &conn{s: s, ws: ws, log: s.opts.Logger, ctx: ctx, cancel: cancel, httpCtx: httpCtx, subs: map[string]*follower{}}
 }
 
 func (c *conn) serve() {
@@ -55,6 +85,12 @@ func (c *conn) serve() {
 	c.ws.SetReadLimit(int64(max) * hardFrameFactor)
 	c.ws.SetReadDeadline(time.Now().Add(c.s.opts.HelloTimeout))
 	c.ws.SetPongHandler(func(string) error {
+		if c.user() == "" {
+			// Before hello the hello deadline stands: a client sending
+			// pongs (unasked) must not keep an unauthenticated
+			// connection open.
+			return nil
+		}
 		return c.ws.SetReadDeadline(time.Now().Add(c.s.opts.PongWait))
 	})
 	c.ping = time.AfterFunc(c.s.opts.PingInterval, c.sendPing)
@@ -79,7 +115,7 @@ func (c *conn) serve() {
 				c.closeWith(websocket.CloseMessageTooBig, "message too large")
 				return
 			}
-			c.send(errorReply("", "message_too_large", "messages are limited to "+itoa(max)+" bytes"))
+			c.send(errorReply("", "message_too_large", "messages are limited to "+respond.Size(int64(max))))
 			continue
 		}
 		if mt != websocket.TextMessage {
@@ -95,11 +131,6 @@ func (c *conn) serve() {
 		c.ws.SetReadDeadline(time.Now().Add(c.s.opts.PongWait))
 		c.handle(data)
 	}
-}
-
-func itoa(n int) string {
-	b, _ := json.Marshal(n)
-	return string(b)
 }
 
 func (c *conn) user() string {
@@ -119,6 +150,12 @@ func (c *conn) hello(data []byte) bool {
 	if !c.s.keys.UserByKey(userID, key) {
 		c.send(errorReply(requestID, "unauthorized", "unknown user_id or api_key"))
 		c.closeWith(websocket.ClosePolicyViolation, "unauthorized")
+		return false
+	}
+	connlimit.Authenticated(c.httpCtx)
+	if !c.s.admit(userID) {
+		c.send(errorReply(requestID, "too_many_connections", fmt.Sprintf("user %s already has %d connections open (the limit); close one first", userID, c.s.opts.MaxPerUser)))
+		c.closeWith(websocket.ClosePolicyViolation, "too many connections")
 		return false
 	}
 	c.mu.Lock()
@@ -170,6 +207,9 @@ func (c *conn) teardown() {
 	if c.ping != nil {
 		c.ping.Stop()
 	}
+	if u := c.user(); u != "" {
+		c.s.leave(u)
+	}
 	c.cancel()
 	c.ws.Close()
 	c.mu.Lock()
@@ -184,23 +224,35 @@ func (c *conn) teardown() {
 	}
 }
 
-// drain waits (bounded by ctx and a short cap) until each followed session
-// has delivered what its log holds, so a shutdown does not cut the last events.
-func (c *conn) drain(ctx context.Context) {
-	deadline := time.Now().Add(time.Second)
+// followers lists the deliveries of c.
+func (c *conn) followers() []*follower {
 	c.mu.Lock()
-	subs := make([]*follower, 0, len(c.subs))
+	defer c.mu.Unlock()
+	out := make([]*follower, 0, len(c.subs))
 	for _, f := range c.subs {
-		subs = append(subs, f)
+		out = append(out, f)
 	}
-	c.mu.Unlock()
-	for _, f := range subs {
-		for time.Now().Before(deadline) && ctx.Err() == nil {
-			sess, err := c.s.st.SessionGet(ctx, f.sub.SessionID())
-			if err != nil || f.sub.Cursor() >= sess.LastSeq {
-				break
+	return out
+}
+
+// drain waits, bounded by ctx, until each followed session has been sent up
+// to its seq in last (what the log held when the shutdown began), so a
+// shutdown does not cut the last events. A delivery that ended (a failed
+// write) is not waited for.
+func (c *conn) drain(ctx context.Context, last map[string]int64) {
+	for _, f := range c.followers() {
+		target, ok := last[f.sub.SessionID()]
+		if !ok {
+			continue
+		}
+		for f.delivered.Load() < target {
+			select {
+			case <-f.moved:
+			case <-f.done:
+				return
+			case <-ctx.Done():
+				return
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package ingress
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/agentplane/agentplane/internal/respond"
 )
 
 // command is a validated client message after hello.
@@ -31,7 +33,7 @@ type command struct {
 func decodeCommand(data []byte) (*command, *reply) {
 	var m inbound
 	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, errorReply("", "invalid_json", "message is not a JSON object: "+err.Error())
+		return nil, errorReply("", "invalid_json", "message is not a JSON object: "+respond.JSONMessage(err))
 	}
 	c := &command{Type: m.Type, RequestID: m.RequestID, SessionID: m.SessionID, AgentID: m.AgentID, RunID: m.RunID, Reason: m.Reason}
 	bad := func(msg string) (*command, *reply) { return nil, errorReply(m.RequestID, "invalid_message", msg) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/agentplane/agentplane/internal/agent"
@@ -47,6 +48,11 @@ func (c *conn) fail(requestID string, err error) {
 		c.send(errorReply(requestID, e.Code, e.Message))
 		return
 	}
+	if respond.Cancelled(c.ctx, err) {
+		// The connection is closing; nobody reads the answer.
+		c.log.Debug("client command cancelled", "request_id", requestID, "err", err)
+		return
+	}
 	c.log.Error("client command failed", "request_id", requestID, "err", err)
 	c.send(errorReply(requestID, "internal", "internal error"))
 }
@@ -86,11 +92,19 @@ func (c *conn) subscribe(ctx context.Context, cmd *command) {
 	sess, err := c.s.st.SessionGet(ctx, cmd.SessionID)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && sess.UserID != c.user()) {
 		// Another user's session is indistinguishable from none.
-		c.send(errorReply(cmd.RequestID, "session_not_found", "no such session"))
+		c.fail(cmd.RequestID, run.ErrSessionNotFound)
 		return
 	}
 	if err != nil {
 		c.fail(cmd.RequestID, err)
+		return
+	}
+	if cmd.AfterSeq > sess.LastSeq {
+		// A cursor past the end would skip the next events as already
+		// seen; the client is told where the session ends instead.
+		r := errorReply(cmd.RequestID, "invalid_after_seq", fmt.Sprintf("after_seq %d is past the session's last seq %d", cmd.AfterSeq, sess.LastSeq))
+		r.SessionID, r.LastSeq = cmd.SessionID, &sess.LastSeq
+		c.send(r)
 		return
 	}
 	c.followSession(cmd.SessionID, cmd.AfterSeq, true)
@@ -168,7 +182,7 @@ func (c *conn) followSession(sessionID string, afterSeq int64, restart bool) {
 		<-old.done
 	}
 	ctx, stop := context.WithCancel(c.ctx)
-	f := &follower{sub: c.s.log.Subscribe(sessionID, afterSeq), stop: stop, done: make(chan struct{})}
+	f := newFollower(c.s.log.Subscribe(sessionID, afterSeq), stop, afterSeq)
 	c.mu.Lock()
 	c.subs[sessionID] = f
 	c.mu.Unlock()
@@ -191,6 +205,9 @@ func (c *conn) deliver(ctx context.Context, f *follower) {
 			if b := ClientMessage(&evs[i]); b != nil && !c.write(b) {
 				return
 			}
+		}
+		if len(evs) > 0 {
+			f.sent(evs[len(evs)-1].Seq)
 		}
 	}
 }

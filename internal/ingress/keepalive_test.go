@@ -85,3 +85,32 @@ func TestHelloTimeout(t *testing.T) {
 		t.Fatalf("silent client kept: %v", err)
 	}
 }
+
+// Pongs before hello do not extend the hello deadline (they once did, so
+// a client sending them kept an unauthenticated connection open).
+func TestHelloTimeoutIgnoresPongs(t *testing.T) {
+	url := newTestServer(t, Options{HelloTimeout: 300 * time.Millisecond})
+	c, _, err := websocket.DefaultDialer.Dial(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			if c.WriteControl(websocket.PongMessage, nil, time.Now().Add(time.Second)) != nil {
+				return
+			}
+		}
+	}()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, _, err := c.ReadMessage(); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("a client sending pongs without hello was kept: %v", err)
+	}
+}

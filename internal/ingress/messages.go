@@ -108,6 +108,7 @@ type reply struct {
 	RunID     string `json:"run_id,omitempty"`
 	Code      string `json:"code,omitempty"`
 	Message   string `json:"message,omitempty"`
+	LastSeq   *int64 `json:"last_seq,omitempty"` // invalid_after_seq
 }
 
 func errorReply(requestID, code, message string) *reply {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/toolsvc"
@@ -26,8 +27,13 @@ type Options struct {
 	// MaxFrameBytes is the largest message accepted; larger ones get an
 	// error reply and the connection stays open. Default 1 MiB.
 	MaxFrameBytes int
-	// HelloTimeout is how long a new connection may take to say hello.
+	// HelloTimeout is how long a new connection may take to say a valid
+	// hello; then it is closed. Default 10 s.
 	HelloTimeout time.Duration
+	// MaxPerUser bounds the connections one user may hold open on this
+	// process; a hello over it gets error too_many_connections and the
+	// connection is closed. 0 means no cap.
+	MaxPerUser int
 	// PingInterval is how often the server pings; a client that has not
 	// answered within PongWait is dropped.
 	PingInterval time.Duration
@@ -68,6 +74,7 @@ type Server struct {
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	sessions map[string]map[*conn]struct{} // session -> connections following it
+	users    map[string]int                // user -> connections that said hello
 	closing  bool
 	count    atomic.Int64
 }
@@ -93,7 +100,7 @@ func New(keys *auth.Keys, runs *run.Manager, log *eventlog.Log, opts Options) *S
 		opts.Logger = slog.Default()
 	}
 	s := &Server{keys: keys, runs: runs, log: log, st: log.Store(), opts: opts,
-		conns: map[*conn]struct{}{}, sessions: map[string]map[*conn]struct{}{}}
+		conns: map[*conn]struct{}{}, sessions: map[string]map[*conn]struct{}{}, users: map[string]int{}}
 	if opts.Presence != nil {
 		s.presence = newPresence(opts.Presence, opts.Logger)
 	}
@@ -125,14 +132,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	closing := s.closing
 	s.mu.Unlock()
 	if closing {
-		http.Error(w, `{"error":{"code":"shutting_down","message":"the platform is shutting down"}}`, http.StatusServiceUnavailable)
+		respond.Err(w, r, run.ErrShuttingDown)
 		return
 	}
 	ws, err := s.upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return // the upgrader has answered
 	}
-	c := newConn(s, ws)
+	c := newConn(s, ws, r.Context())
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
@@ -144,6 +151,27 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.count.Add(-1)
 	}()
 	c.serve()
+}
+
+// admit counts a connection of userID, or reports false when the user
+// already holds MaxPerUser.
+func (s *Server) admit(userID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.opts.MaxPerUser > 0 && s.users[userID] >= s.opts.MaxPerUser {
+		return false
+	}
+	s.users[userID]++
+	return true
+}
+
+// leave uncounts a connection admit counted.
+func (s *Server) leave(userID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.users[userID]--; s.users[userID] <= 0 {
+		delete(s.users, userID)
+	}
 }
 
 // follow adds c to (or removes it from) the connections following
@@ -175,11 +203,16 @@ func (s *Server) follow(c *conn, sessionID string, on bool) {
 	}
 }
 
-// Shutdown refuses new connections, gives subscriptions a moment to deliver
-// the last committed events, then closes every connection with 1001 so
-// clients reconnect elsewhere and resume from their last seq. Presence
-// writes still queued get until ctx ends; then the caller should drop this
-// process's presence rows (store.SessionClientsDeleteInstance).
+// drainWait bounds how long a shutdown waits for clients to be sent the
+// events committed before it began.
+const drainWait = 2 * time.Second
+
+// Shutdown refuses new connections, waits (up to drainWait) until every
+// connection has been sent the events its sessions' logs held when the
+// shutdown began, then closes every connection with 1001 so clients
+// reconnect elsewhere and resume from their last seq. Presence writes still
+// queued get until ctx ends; then the caller should drop this process's
+// presence rows (store.SessionClientsDeleteInstance).
 func (s *Server) Shutdown(ctx context.Context) {
 	s.mu.Lock()
 	s.closing = true
@@ -188,9 +221,29 @@ func (s *Server) Shutdown(ctx context.Context) {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
+	dctx, cancel := context.WithTimeout(ctx, drainWait)
+	// The run manager has written its runs' last events by now (the caller
+	// shut it down first): each session's last seq, read once, is what
+	// its clients must receive before the close.
+	last := map[string]int64{}
 	for _, c := range conns {
-		c.drain(ctx)
+		for _, f := range c.followers() {
+			sid := f.sub.SessionID()
+			if _, ok := last[sid]; ok {
+				continue
+			}
+			sess, err := s.st.SessionGet(dctx, sid)
+			if err != nil {
+				s.opts.Logger.Warn("shutdown: read session end", "session_id", sid, "err", err)
+				continue
+			}
+			last[sid] = sess.LastSeq
+		}
 	}
+	for _, c := range conns {
+		c.drain(dctx, last)
+	}
+	cancel()
 	for _, c := range conns {
 		c.closeWith(websocket.CloseGoingAway, "server shutting down")
 	}

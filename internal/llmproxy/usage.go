@@ -1,8 +1,9 @@
 package llmproxy
 
 import (
-	"math"
 	"strconv"
+
+	"github.com/agentplane/agentplane/internal/money"
 )
 
 // Usage is the token count of one call, normalised across the Chat
@@ -92,6 +93,5 @@ func (p Price) Cost(u Usage) float64 {
 	c := float64(u.PromptTokens-cached)*p.Input +
 		float64(cached)*p.CachedInput +
 		float64(u.CompletionTokens)*p.Output
-	// Round to 1e-9 so sums over a run do not show float noise.
-	return math.Round(c/1e6*1e9) / 1e9
+	return money.Round(c / 1e6)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/money"
 	"github.com/agentplane/agentplane/internal/store"
 )
 
@@ -305,5 +306,5 @@ func runCost(ctx context.Context, tx store.Queries, run *store.Run) (float64, in
 			total += p.EstimatedCost
 		}
 	}
-	return total, len(evs), nil
+	return money.Round(total), len(evs), nil
 }

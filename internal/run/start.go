@@ -20,9 +20,14 @@ import (
 
 // Errors Start and Cancel return; they carry the code clients see.
 var (
-	ErrSessionBusy    = respond.E(http.StatusConflict, "session_busy", "the session already has an active run")
-	ErrAgentNotFound  = respond.E(http.StatusNotFound, "agent_not_found", "no such agent")
-	ErrSessionDenied  = respond.E(http.StatusForbidden, "forbidden", "the session belongs to another user")
+	ErrSessionBusy   = respond.E(http.StatusConflict, "session_busy", "the session already has an active run")
+	ErrAgentNotFound = respond.E(http.StatusNotFound, "agent_not_found", "no such agent")
+	// ErrSessionNotFound answers for a session that does not exist and for
+	// another user's alike, so session ids cannot be probed.
+	ErrSessionNotFound = respond.E(http.StatusNotFound, "session_not_found", "no such session")
+	// ErrSessionDenied is what StartRun answers for another user's session:
+	// the same as for none.
+	ErrSessionDenied  = ErrSessionNotFound
 	ErrRunNotFound    = respond.E(http.StatusNotFound, "run_not_found", "no such run")
 	ErrRunNotActive   = respond.E(http.StatusConflict, "run_not_active", "the run has already ended")
 	ErrShuttingDown   = respond.E(http.StatusServiceUnavailable, "shutting_down", "the platform is shutting down")

@@ -20,6 +20,7 @@ import (
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/config"
+	"github.com/agentplane/agentplane/internal/connlimit"
 	"github.com/agentplane/agentplane/internal/console"
 	"github.com/agentplane/agentplane/internal/demo"
 	"github.com/agentplane/agentplane/internal/eventlog"
@@ -130,7 +131,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	if err := st.SessionClientsDeleteInstance(ctx, cfg.InstanceID); err != nil {
 		return fmt.Errorf("drop stale client presence: %w", err)
 	}
-	wsOpts := ingress.Options{MaxFrameBytes: cfg.MaxFrameBytes, Logger: logger, Tools: tools}
+	wsOpts := ingress.Options{MaxFrameBytes: cfg.MaxFrameBytes, HelloTimeout: cfg.WSHelloTimeout, MaxPerUser: cfg.MaxWSPerUser, Logger: logger, Tools: tools}
 	if shared {
 		wsOpts.Presence = recordPresence(st, cfg.InstanceID)
 	}
@@ -173,15 +174,21 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		mux.Handle("GET /static/", ui)
 	}
 
-	ln, err := net.Listen("tcp", cfg.Addr)
+	tcp, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
 	}
-	base := "http://" + ln.Addr().String()
-	// No WriteTimeout: it would cut SSE and WebSocket streams. Each stream
-	// bounds its own writes instead.
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
-		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	base := "http://" + tcp.Addr().String()
+	ln := connlimit.Listen(tcp, connlimit.Limits{Total: cfg.MaxConnections, Unauthenticated: cfg.MaxUnauthenticatedConnections})
+	reg.GaugeFunc("agentplane_connections_open", "Open network connections (HTTP and WebSocket).", func() float64 { n, _, _, _ := ln.Stats(); return float64(n) })
+	reg.GaugeFunc("agentplane_connections_unauthenticated", "Open connections that have not presented a valid key yet.", func() float64 { _, n, _, _ := ln.Stats(); return float64(n) })
+	reg.CounterFunc("agentplane_connections_evicted_total", "Unauthenticated connections closed to make room (--max-unauthenticated-connections).", func() float64 { _, _, n, _ := ln.Stats(); return float64(n) })
+	reg.CounterFunc("agentplane_connections_refused_total", "Connections refused at --max-connections.", func() float64 { _, _, _, n := ln.Stats(); return float64(n) })
+	// No WriteTimeout or ReadTimeout: they would cut SSE and WebSocket
+	// streams. Each stream bounds its own writes, and bodyDeadline bounds
+	// reading request bodies.
+	srv := &http.Server{Handler: bodyDeadline(cfg.BodyReadTimeout, httpapi.Handler(mux)), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+		ConnContext: connlimit.ConnContext, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 

@@ -194,6 +194,10 @@ func StartPlatform(bin, dsn string, extraEnv []string, onStderr func(string)) (*
 		"AGENTPLANE_DB=" + dsn, "AGENTPLANE_ADMIN_KEY=" + AdminKey,
 		"AGENTPLANE_API_KEYS=" + UserID + ":" + UserKey,
 		"AGENTPLANE_ENDPOINT_ALLOWLIST=127.0.0.1/32", "AGENTPLANE_LLM_BASE_URL=", "AGENTPLANE_CONFIG=",
+		// The benchmarks open 10,000 connections of one user and 5,000
+		// unauthenticated keep-alive ones: above the default caps, which
+		// protect a production server, not a measurement.
+		"AGENTPLANE_MAX_CONNECTIONS=0", "AGENTPLANE_MAX_UNAUTHENTICATED_CONNECTIONS=0", "AGENTPLANE_MAX_WS_PER_USER=0",
 	}, extraEnv...)
 	return StartProc("agentplane", bin, []string{"serve", "--addr", "127.0.0.1:0", "--instance-id", "bench-" + ids.New("i")}, env, onStderr)
 }
