@@ -74,9 +74,9 @@ func TestBadInput(t *testing.T) {
 		"maxconns":    {env: map[string]string{"AGENTPLANE_DB_MAX_CONNS": "1"}, want: "AGENTPLANE_DB_MAX_CONNS"},
 		"maxconnsNaN": {env: map[string]string{"AGENTPLANE_DB_MAX_CONNS": "many"}, want: "AGENTPLANE_DB_MAX_CONNS must be an integer"},
 		"idletime":    {args: []string{"--db-max-idle-time", "0s"}, want: "db-max-idle-time"},
-		"conns":    {env: map[string]string{"AGENTPLANE_MAX_CONNECTIONS": "many"}, want: "AGENTPLANE_MAX_CONNECTIONS"},
-		"negative": {args: []string{"--max-ws-per-user", "-1"}, want: "negative"},
-		"body":     {args: []string{"--body-read-timeout", "0s"}, want: "body-read-timeout"},
+		"conns":       {env: map[string]string{"AGENTPLANE_MAX_CONNECTIONS": "many"}, want: "AGENTPLANE_MAX_CONNECTIONS"},
+		"negative":    {args: []string{"--max-ws-per-user", "-1"}, want: "negative"},
+		"body":        {args: []string{"--body-read-timeout", "0s"}, want: "body-read-timeout"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Load(tc.args, env(tc.env), io.Discard)
