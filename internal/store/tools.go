@@ -25,6 +25,9 @@ type ToolPutParams struct {
 const (
 	ToolKindServer = "server"
 	ToolKindClient = "client"
+	// ToolKindAgent is a call_<agent_id> tool (DESIGN §11): its execution
+	// is a child run, and it may run RUNNING with no deadline (TimeoutMS 0).
+	ToolKindAgent = "agent"
 )
 
 // ToolCall statuses (DESIGN §8).

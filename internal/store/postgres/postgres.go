@@ -8,6 +8,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io/fs"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
@@ -49,3 +50,7 @@ func Open(ctx context.Context, url string) (*sqlstore.DB, error) {
 	}
 	return sqlstore.New(dialect, db, db), nil
 }
+
+// Migrations is the embedded migrations directory ("migrations/*.sql"),
+// for tests that build a database at an older version.
+func Migrations() fs.FS { return migrations }
