@@ -45,6 +45,10 @@ type Config struct {
 	MaxRunEvents       int
 	MaxTranscriptBytes int
 
+	// MaxCallDepth refuses agent-to-agent calls that would run deeper than
+	// this (DESIGN §11); 0 = unlimited, seed 002's decision.
+	MaxCallDepth int
+
 	File File // the YAML file, if any
 }
 
@@ -61,9 +65,11 @@ type File struct {
 type AgentSpec struct {
 	AgentID      string   `yaml:"agent_id"`
 	Name         string   `yaml:"name"`
+	Description  string   `yaml:"description"`
 	Endpoint     string   `yaml:"endpoint"`
 	Capabilities []string `yaml:"capabilities"`
 	LinkedAgents []string `yaml:"linked_agents"`
+	SubAgentEcho string   `yaml:"sub_agent_echo"`
 }
 
 // Roles accepted by --role.
@@ -113,6 +119,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	fs.Int64Var(&c.MaxRunOutputBytes, "max-run-output-bytes", envInt("AGENTPLANE_MAX_RUN_OUTPUT_BYTES", 8<<20), "bytes of deltas and states one run may stream before it fails output_too_large (AGENTPLANE_MAX_RUN_OUTPUT_BYTES)")
 	fs.IntVar(&c.MaxRunEvents, "max-run-events", int(envInt("AGENTPLANE_MAX_RUN_EVENTS", 100_000)), "delta and state events one run may stream before it fails output_too_large (AGENTPLANE_MAX_RUN_EVENTS)")
 	fs.IntVar(&c.MaxTranscriptBytes, "max-transcript-bytes", int(envInt("AGENTPLANE_MAX_TRANSCRIPT_BYTES", 1<<20)), "bytes of transcript content sent to an agent in messages[], newest first (AGENTPLANE_MAX_TRANSCRIPT_BYTES)")
+	fs.IntVar(&c.MaxCallDepth, "max-call-depth", int(envInt("AGENTPLANE_MAX_CALL_DEPTH", 0)), "deepest child run an agent-to-agent call may start; 0 = unlimited (AGENTPLANE_MAX_CALL_DEPTH)")
 	if err := errors.Join(envErrs...); err != nil {
 		return nil, err
 	}
@@ -165,6 +172,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxRunEvents < 1 {
 		errs = append(errs, errors.New("AGENTPLANE_MAX_RUN_EVENTS must be at least 1"))
+	}
+	if c.MaxCallDepth < 0 {
+		errs = append(errs, errors.New("AGENTPLANE_MAX_CALL_DEPTH must be 0 (unlimited) or more"))
 	}
 	if c.MaxTranscriptBytes < 1024 {
 		errs = append(errs, errors.New("AGENTPLANE_MAX_TRANSCRIPT_BYTES must be at least 1024"))
