@@ -177,9 +177,14 @@ func (a *API) agentDelete(w http.ResponseWriter, r *http.Request) {
 	respond.JSON(w, http.StatusOK, map[string]any{"ok": true, "agent_id": id})
 }
 
-// agentVerb serves POST /v1/agents/{agent_id}:heartbeat.
+// agentVerb serves POST /v1/agents/{agent_id}:heartbeat and
+// POST /v1/agents/{agent_id}:invoke (an agent calling another, invoke.go).
 func (a *API) agentVerb(w http.ResponseWriter, r *http.Request) {
 	id, verb, ok := splitVerb(r.PathValue("verb"))
+	if ok && verb == "invoke" {
+		a.agentInvoke(w, r, id)
+		return
+	}
 	if !ok || verb != "heartbeat" {
 		respond.Err(w, r, respond.E(http.StatusNotFound, "not_found", "unknown agent operation"))
 		return

@@ -40,7 +40,32 @@ func (a *API) runGet(w http.ResponseWriter, r *http.Request) {
 		respond.Err(w, r, err)
 		return
 	}
-	respond.JSON(w, http.StatusOK, rn)
+	v, err := a.Runs.View(r.Context(), rn)
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	respond.JSON(w, http.StatusOK, v)
+}
+
+// runTree serves GET /v1/runs/{run_id}/tree: the run and its descendants,
+// nested, each with its own usage and its subtree's total (DESIGN §11).
+func (a *API) runTree(w http.ResponseWriter, r *http.Request) {
+	p, ok := a.principal(w, r)
+	if !ok {
+		return
+	}
+	rn, err := a.runFor(r, p, r.PathValue("run_id"))
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	t, err := a.Runs.Tree(r.Context(), rn)
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	respond.JSON(w, http.StatusOK, t)
 }
 
 // runEvents is the replay API of one run (admin, or the user who owns it).
