@@ -661,3 +661,38 @@ func TestMultiAgentKillMidChild(t *testing.T) {
 		assertSettled(t, dsn)
 	})
 }
+
+// TestMultiAgentAcrossReplicas: two replicas on one PostgreSQL database.
+// The root runs on replica A; its agent talks to replica B, so its child
+// is started and driven there. Cancelling the root on A ends the child in
+// A's transaction, and B, hearing of it through the notification, closes
+// the child's agent request.
+func TestMultiAgentAcrossReplicas(t *testing.T) {
+	dsn := testdbDSN(t, "postgres")
+	ra := startServer(t, dsn, "--instance-id", "replica-a")
+	rb := startServer(t, dsn, "--instance-id", "replica-b")
+	probe := newToolProbe(t)
+	rep := &reports{p: probe}
+	startChainAgent(t, rb, "a", []string{"b"}, "") // a's calls go to replica B
+	startChainAgent(t, rb, "b", nil, "")
+	bPlan := plan(probe.reportURL(), step{"say": "working"}, step{"hold": true})
+	aPlan := plan(probe.reportURL(), step{"call": "b", "form": "tool", "message": bPlan})
+	c := dial(t, ra, "alice", "alice-key")
+	c.send(map[string]any{"type": "agent_invoke", "request_id": "r1", "agent_id": "a", "message": map[string]any{"role": "user", "content": aPlan}})
+	rootID := ""
+	for rootID == "" {
+		if m := c.next(); m["type"] == "run_started" {
+			rootID = sv(m, "run_id")
+		}
+	}
+	childID := sv(rep.until(t, "b invoked", reported("b", "invoked")), "run_id")
+	c.send(map[string]any{"type": "cancel_run", "request_id": "cancel", "run_id": rootID})
+	rep.until(t, "the child's request closed by replica B", reportedRun(childID, "closed"))
+	rep.until(t, "the root's request closed by replica A", reportedRun(rootID, "closed"))
+	for _, id := range []string{childID, rootID} {
+		if run := waitRunEnded(t, ra, id); sv(run, "status") != "CANCELLED" {
+			t.Errorf("run %s ended %v", id, run["status"])
+		}
+	}
+	assertSettled(t, dsn)
+}
