@@ -35,6 +35,7 @@ import json
 import os
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -145,9 +146,12 @@ def handle(req: agentplane.Request):
         return
     report = plan.get("report", "")
     finished = threading.Event()
+    finished_at = [0.0]
 
     def watch() -> None:
-        while not finished.is_set():
+        # The platform may close the request just as the handler finishes
+        # (a child's end reaches it first): keep watching a moment after.
+        while not finished.wait(0.05) or finished_at[0] + 3 > time.monotonic():
             if req.wait_cancelled(0.05):
                 _report(report, req, "closed")
                 return
@@ -178,6 +182,7 @@ def handle(req: agentplane.Request):
                     pass
                 return
     finally:
+        finished_at[0] = time.monotonic()
         finished.set()
         _report(report, req, "returned")
 

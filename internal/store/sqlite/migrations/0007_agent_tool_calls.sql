@@ -1,6 +1,6 @@
 -- agentplane:foreign-keys-off
 -- The call_<agent> tool kind (issue 9, DESIGN §11). Keep in step with
--- ../../postgres/migrations/0006_agent_tool_calls.sql.
+-- ../../postgres/migrations/0007_agent_tool_calls.sql.
 --
 -- An agent call's execution is a child run: RUNNING while the child runs,
 -- with no deadline unless the administrator gave call_<agent> a timeout

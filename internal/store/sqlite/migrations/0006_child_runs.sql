@@ -1,5 +1,5 @@
 -- Multi-agent: child runs (issue 9, DESIGN §11). Keep in step with
--- ../../postgres/migrations/0005_child_runs.sql.
+-- ../../postgres/migrations/0006_child_runs.sql.
 --
 -- A child run is a run: same table, same state machine. depth is 0 for a
 -- root; root_run_id names the root of the run's tree (itself for a root),

@@ -1,5 +1,5 @@
 -- Multi-agent: child runs (issue 9, DESIGN §11). Keep in step with
--- ../../sqlite/migrations/0005_child_runs.sql, which explains the columns.
+-- ../../sqlite/migrations/0006_child_runs.sql, which explains the columns.
 ALTER TABLE runs
   ADD COLUMN depth INTEGER NOT NULL DEFAULT 0 CHECK (depth >= 0),
   ADD COLUMN root_run_id TEXT NOT NULL DEFAULT '',

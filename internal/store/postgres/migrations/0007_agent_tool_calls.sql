@@ -1,5 +1,5 @@
 -- The call_<agent> tool kind (issue 9, DESIGN §11). Keep in step with
--- ../../sqlite/migrations/0006_agent_tool_calls.sql, which explains the rules.
+-- ../../sqlite/migrations/0007_agent_tool_calls.sql, which explains the rules.
 --
 -- The constraints being replaced were created unnamed in 0002; they are
 -- found by what they say, and the new ones are named.
