@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/auth"
@@ -22,11 +24,19 @@ var agentIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$`)
 type RegisterRequest struct {
 	AgentID      string   `json:"agent_id"`
 	Name         string   `json:"name"`
+	Description  string   `json:"description"`
 	Endpoint     string   `json:"endpoint"`
 	Capabilities []string `json:"capabilities"`
 	LinkedAgents []string `json:"linked_agents"`
-	RotateKey    bool     `json:"rotate_key"`
+	// SubAgentEcho is how the agent's deltas reach the session's clients
+	// when it runs as a child: aggregate (default), passthrough or off.
+	SubAgentEcho string `json:"sub_agent_echo"`
+	RotateKey    bool   `json:"rotate_key"`
 }
+
+// MaxAgentDescription bounds an agent's description, in bytes: it is sent
+// to models with the call_<agent> tool (DESIGN §11).
+const MaxAgentDescription = 4096
 
 // RegisterResponse answers a registration. AgentAPIKey is set only when a
 // key was issued (first registration or rotate_key).
@@ -80,6 +90,14 @@ func (a *API) Register(ctx context.Context, req *RegisterRequest) (*RegisterResp
 			return nil, respond.E(http.StatusBadRequest, "invalid_linked_agents", "linked_agents must be agent ids")
 		}
 	}
+	if len(req.Description) > MaxAgentDescription || !utf8.ValidString(req.Description) {
+		return nil, respond.E(http.StatusBadRequest, "invalid_description", fmt.Sprintf("description must be valid UTF-8 of at most %d bytes", MaxAgentDescription))
+	}
+	switch req.SubAgentEcho {
+	case "", store.EchoAggregate, store.EchoPassthrough, store.EchoOff:
+	default:
+		return nil, respond.E(http.StatusBadRequest, "invalid_sub_agent_echo", `sub_agent_echo must be "aggregate", "passthrough" or "off"`)
+	}
 	if req.Name == "" {
 		req.Name = req.AgentID
 	}
@@ -96,8 +114,8 @@ func (a *API) Register(ctx context.Context, req *RegisterRequest) (*RegisterResp
 		hash = auth.HashKey(key)
 	}
 	ag, err := a.St.AgentUpsert(ctx, &store.AgentUpsertParams{
-		AgentID: req.AgentID, Name: req.Name, Endpoint: strings.TrimRight(u.String(), "/"),
-		Capabilities: caps, LinkedAgents: linked, KeyHash: hash, At: time.Now().UnixMilli(),
+		AgentID: req.AgentID, Name: req.Name, Description: req.Description, Endpoint: strings.TrimRight(u.String(), "/"),
+		Capabilities: caps, LinkedAgents: linked, SubAgentEcho: req.SubAgentEcho, KeyHash: hash, At: time.Now().UnixMilli(),
 	})
 	if err != nil {
 		return nil, err
@@ -161,9 +179,14 @@ func (a *API) agentDelete(w http.ResponseWriter, r *http.Request) {
 	respond.JSON(w, http.StatusOK, map[string]any{"ok": true, "agent_id": id})
 }
 
-// agentVerb serves POST /v1/agents/{agent_id}:heartbeat.
+// agentVerb serves POST /v1/agents/{agent_id}:heartbeat and
+// POST /v1/agents/{agent_id}:invoke (an agent calling another, invoke.go).
 func (a *API) agentVerb(w http.ResponseWriter, r *http.Request) {
 	id, verb, ok := splitVerb(r.PathValue("verb"))
+	if ok && verb == "invoke" {
+		a.agentInvoke(w, r, id)
+		return
+	}
 	if !ok || verb != "heartbeat" {
 		respond.Err(w, r, respond.E(http.StatusNotFound, "not_found", "unknown agent operation"))
 		return

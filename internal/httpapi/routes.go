@@ -46,9 +46,10 @@ func (a *API) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/agents", a.agentList)
 	mux.HandleFunc("GET /v1/agents/{agent_id}", a.agentGet)
 	mux.HandleFunc("DELETE /v1/agents/{agent_id}", a.agentDelete)
-	mux.HandleFunc("POST /v1/agents/{verb}", a.agentVerb) // {agent_id}:heartbeat
+	mux.HandleFunc("POST /v1/agents/{verb}", a.agentVerb) // {agent_id}:heartbeat, {agent_id}:invoke
 
 	mux.HandleFunc("GET /v1/runs/{run_id}", a.runGet)
+	mux.HandleFunc("GET /v1/runs/{run_id}/tree", a.runTree)
 	mux.HandleFunc("GET /v1/runs/{run_id}/events", a.runEvents)
 	mux.HandleFunc("POST /v1/runs/{verb}", a.runVerb) // {run_id}:cancel
 

@@ -71,6 +71,17 @@ type Options struct {
 	// service ends the run's waiting tool calls and approvals there, so the
 	// cascade commits with the run's end or not at all (DESIGN §2.4).
 	OnEnd func(ctx context.Context, tx store.Queries, run *store.Run, at int64, reason string) ([]store.EventParams, error)
+	// OnChildEnd, when set, runs inside the transaction that ends a child
+	// run started by a call_<agent> tool call (run.ToolCallID), after the
+	// child's terminal events, and returns the events that settle that
+	// call: the tool service finishes it from the child's outcome, so the
+	// caller's wait needs nothing in memory and survives restarts. It is not
+	// called when the child ends because its parent is ending: the parent's
+	// own OnEnd ends the call then.
+	OnChildEnd func(ctx context.Context, tx store.Queries, child *store.Run, at int64, end End) ([]store.EventParams, error)
+	// MaxCallDepth refuses child runs deeper than this with
+	// max_depth_exceeded (AGENTPLANE_MAX_CALL_DEPTH); 0 means no limit.
+	MaxCallDepth int
 }
 
 // Manager starts and drives runs.
@@ -151,7 +162,7 @@ func New(log *eventlog.Log, opts Options) *Manager {
 		opts.Metrics = metrics.New()
 	}
 	m := &Manager{log: log, st: log.Store(), opts: opts, active: map[string]*activeRun{}}
-	log.Observe(nil, m.movedElsewhere)
+	log.Observe(m.committed, m.movedElsewhere)
 	m.started = opts.Metrics.Counter("agentplane_runs_started_total", "Runs started.", "")
 	m.finished = opts.Metrics.Counter("agentplane_runs_finished_total", "Runs ended, by final status (DONE, FAILED, CANCELLED) and error code.", "outcome")
 	m.duration = opts.Metrics.Histogram("agentplane_run_duration_seconds", "Run duration from start to its terminal state.", "status", metrics.DurationBuckets)

@@ -64,8 +64,8 @@ type calls struct {
 }
 
 type runOwner struct {
-	agentID, sessionID string
-	ended              bool // once true, for good
+	agentID, sessionID, parentRunID string
+	ended                           bool // once true, for good
 }
 
 // runCacheMax bounds the run cache; it is simply reset when full.
@@ -139,7 +139,7 @@ func (b *llmBridge) runStatus(ctx context.Context, runID string) (runOwner, erro
 	if err != nil {
 		return runOwner{}, err
 	}
-	o = runOwner{agentID: rn.AgentID, sessionID: rn.SessionID, ended: store.RunIsTerminal(rn.Status)}
+	o = runOwner{agentID: rn.AgentID, sessionID: rn.SessionID, parentRunID: rn.ParentRunID, ended: store.RunIsTerminal(rn.Status)}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.runs) >= runCacheMax {
@@ -218,11 +218,19 @@ func (b *llmBridge) Record(c llmproxy.Caller, eventType string, payload any) {
 			return
 		}
 	}
+	// A child run's calls carry its parent, like every event of the run
+	// (the run was cached when the call was authenticated).
+	parent := ""
+	if c.RunID != "" {
+		b.mu.Lock()
+		parent = b.runs[c.RunID].parentRunID
+		b.mu.Unlock()
+	}
 	err = b.log.AppendAsync(context.Background(), func(_ []store.Event, err error) {
 		if err != nil {
 			b.lg.Error("llm event not recorded", "type", eventType, "run_id", c.RunID, "session_id", sid, "err", err)
 		}
-	}, store.EventParams{SessionID: sid, RunID: c.RunID, TS: time.Now().UnixMilli(), Type: eventType, Payload: data})
+	}, store.EventParams{SessionID: sid, RunID: c.RunID, ParentRunID: parent, TS: time.Now().UnixMilli(), Type: eventType, Payload: data})
 	if err != nil {
 		b.lg.Error("llm event not queued", "type", eventType, "run_id", c.RunID, "err", err)
 	}

@@ -107,7 +107,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	reg.CounterFunc("agentplane_event_commits_total", "Event log transactions committed by this process (events per commit shows batching).", func() float64 { _, c := log.Stats(); return float64(c) })
 	bridge := newLLMBridge(keys, st, log, logger)
 	tools := toolsvc.New(log, toolsvc.Options{Logger: logger, HTTP: httpClient, Allow: allow, Metrics: reg})
-	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce, OnEnd: tools.OnRunEnd, StaleAfter: staleAfter,
+	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce, OnEnd: tools.OnRunEnd, OnChildEnd: tools.OnChildEnd, MaxCallDepth: cfg.MaxCallDepth, StaleAfter: staleAfter,
 		MaxOutputBytes: cfg.MaxRunOutputBytes, MaxOutputEvents: cfg.MaxRunEvents, MaxTranscriptBytes: cfg.MaxTranscriptBytes})
 	tools.SetRuns(runs)
 	if err := runs.Start(ctx); err != nil {
@@ -195,7 +195,8 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	prb := &prober{st: st, client: agentClient, interval: cfg.HealthInterval, log: logger}
 
 	for _, spec := range cfg.File.Agents {
-		resp, err := api.Register(ctx, &httpapi.RegisterRequest{AgentID: spec.AgentID, Name: spec.Name, Endpoint: spec.Endpoint, Capabilities: spec.Capabilities, LinkedAgents: spec.LinkedAgents})
+		resp, err := api.Register(ctx, &httpapi.RegisterRequest{AgentID: spec.AgentID, Name: spec.Name, Description: spec.Description, Endpoint: spec.Endpoint,
+			Capabilities: spec.Capabilities, LinkedAgents: spec.LinkedAgents, SubAgentEcho: spec.SubAgentEcho})
 		if err != nil {
 			return fmt.Errorf("config file agent %s: %w", spec.AgentID, err)
 		}

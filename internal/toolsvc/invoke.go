@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agentplane/agentplane/internal/eventlog"
@@ -47,7 +48,7 @@ func (s *Service) Invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 	if p.TimeoutMS < 0 || p.TimeoutMS > tool.MaxTimeoutMS {
 		return nil, badRequest("invalid_request", fmt.Sprintf("timeout_ms must be between 1 and %d", tool.MaxTimeoutMS))
 	}
-	t, _, err := s.registry.get(ctx, p.ToolName)
+	t, err := s.lookup(ctx, p.ToolName)
 	if err != nil {
 		return nil, err
 	}
@@ -60,6 +61,17 @@ func (s *Service) Invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 	}
 	if !t.AllowsAgent(p.AgentID) {
 		return nil, ErrToolForbidden
+	}
+	target := ""
+	if t.Def.Kind == tool.KindAgent {
+		// The caller's links decide, not the tool's agents list; refused
+		// here with the direct form's codes, before a call exists.
+		target = strings.TrimPrefix(t.Def.Name, tool.AgentToolPrefix)
+		if s.opts.Runs != nil {
+			if err := s.opts.Runs.CheckLink(ctx, s.st, run, target); err != nil {
+				return nil, err
+			}
+		}
 	}
 	args := p.Args
 	if len(bytes.TrimSpace(args)) == 0 || bytes.Equal(bytes.TrimSpace(args), []byte("null")) {
@@ -87,7 +99,7 @@ func (s *Service) Invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 	if p.TimeoutMS > 0 {
 		timeout = p.TimeoutMS
 	}
-	rec, _ := json.Marshal(policyRecord{Decision: decision.Decision, Rule: decision.Rule, Expr: decision.Expr, Endpoint: t.Def.Endpoint, OnFailure: t.Def.OnFailure})
+	rec, _ := json.Marshal(policyRecord{Decision: decision.Decision, Rule: decision.Rule, Expr: decision.Expr, Endpoint: t.Def.Endpoint, OnFailure: t.Def.OnFailure, Agent: target})
 	callID, approvalID := ids.New("tc"), ids.New("ap")
 
 	var existing *store.ToolCall
@@ -158,10 +170,10 @@ func (s *Service) Invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 	return s.settle(ctx, c)
 }
 
-// settle answers an invoke: an allowed server call still in flight is
-// waited for (bounded), anything else is answered as it stands.
+// settle answers an invoke: an allowed server or agent call still in
+// flight is waited for (bounded), anything else is answered as it stands.
 func (s *Service) settle(ctx context.Context, c *store.ToolCall) (*CallView, error) {
-	if c.Kind == store.ToolKindServer && (c.Status == store.ToolCallDispatched || c.Status == store.ToolCallRunning) {
+	if (c.Kind == store.ToolKindServer || c.Kind == store.ToolKindAgent) && (c.Status == store.ToolCallDispatched || c.Status == store.ToolCallRunning) {
 		return s.wait(ctx, c, s.opts.InlineWait)
 	}
 	return View(c), nil

@@ -77,7 +77,14 @@ func (r *registry) compile(row *store.ToolRow) (*tool.Tool, error) {
 // could fail at call time is checked here: the schema, every CEL rule and,
 // for a server tool, the endpoint against the allowlist. It reports
 // whether the tool was created.
+//
+// A call_<agent_id> name overrides that agent tool's description, policy,
+// timeout_ms, approval_timeout_ms and on_failure; its kind is "agent"
+// (absent means so) and its parameters are fixed.
 func (s *Service) PutTool(ctx context.Context, d tool.Definition) (*ToolInfo, bool, error) {
+	if isAgentTool(d.Name) && d.Kind == "" {
+		d.Kind = tool.KindAgent
+	}
 	t, err := tool.Compile(d)
 	if err != nil {
 		var ve *tool.ValidationError
@@ -146,7 +153,8 @@ func (s *Service) DeleteTool(ctx context.Context, name string) error {
 }
 
 // ToolsForAgent returns the tools agentID may call as OpenAI
-// function-calling tools, ready to hand to a model.
+// function-calling tools, ready to hand to a model: the registry's, then
+// call_<agent_id> for each agent it links (DESIGN §11).
 func (s *Service) ToolsForAgent(ctx context.Context, agentID string) ([]map[string]any, error) {
 	infos, err := s.st.ToolList(ctx)
 	if err != nil {
@@ -154,10 +162,20 @@ func (s *Service) ToolsForAgent(ctx context.Context, agentID string) ([]map[stri
 	}
 	out := []map[string]any{}
 	for _, row := range infos {
+		if isAgentTool(row.Name) {
+			continue // an override: listed below when agentID links the agent
+		}
 		t, err := s.registry.compile(row)
 		if err != nil || !t.AllowsAgent(agentID) {
 			continue
 		}
+		out = append(out, t.OpenAISchema())
+	}
+	agents, err := s.agentToolsFor(ctx, agentID)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range agents {
 		out = append(out, t.OpenAISchema())
 	}
 	return out, nil
