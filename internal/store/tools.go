@@ -25,6 +25,9 @@ type ToolPutParams struct {
 const (
 	ToolKindServer = "server"
 	ToolKindClient = "client"
+	// ToolKindMCP calls are executed by this platform like server calls,
+	// as tools/call requests to an MCP server (DESIGN §13).
+	ToolKindMCP = "mcp"
 )
 
 // ToolCall statuses (DESIGN §8).
@@ -99,7 +102,7 @@ type ToolCall struct {
 	SessionID  string `json:"session_id"`
 	AgentID    string `json:"agent_id"`
 	ToolName   string `json:"tool_name"`
-	// Kind is ToolKindServer or ToolKindClient.
+	// Kind is ToolKindServer, ToolKindClient or ToolKindMCP.
 	Kind   string          `json:"kind"`
 	Status string          `json:"status"`
 	Args   json.RawMessage `json:"args"`

@@ -1,0 +1,19 @@
+-- MCP servers as tool sources (issue 12, DESIGN §13). Keep in step with
+-- ../../sqlite/migrations/0010_mcp.sql.
+
+-- The registry of MCP servers. spec is the administrator's JSON (transport,
+-- url or command, policy, …), opaque to the store and returned byte for
+-- byte (JSON, not JSONB, for the reason the tools table gives).
+CREATE TABLE mcp_servers (
+  name       TEXT PRIMARY KEY,
+  spec       JSON NOT NULL,
+  created_at BIGINT NOT NULL,
+  updated_at BIGINT NOT NULL
+);
+
+-- Tool calls of kind 'mcp' are executed by the platform like server calls.
+-- 'agent' (the call_<agent_id> tools of DESIGN §11, issue 9) is listed too,
+-- so that whichever of the two changes lands first, this one does not
+-- undo the other.
+ALTER TABLE tool_calls DROP CONSTRAINT IF EXISTS tool_calls_kind_check;
+ALTER TABLE tool_calls ADD CONSTRAINT tool_calls_kind_check CHECK (kind IN ('server','client','mcp','agent'));
