@@ -161,7 +161,7 @@ func (s *Service) Invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 // settle answers an invoke: an allowed server call still in flight is
 // waited for (bounded), anything else is answered as it stands.
 func (s *Service) settle(ctx context.Context, c *store.ToolCall) (*CallView, error) {
-	if c.Kind == store.ToolKindServer && (c.Status == store.ToolCallDispatched || c.Status == store.ToolCallRunning) {
+	if (c.Kind == store.ToolKindServer || c.Kind == store.ToolKindMCP) && (c.Status == store.ToolCallDispatched || c.Status == store.ToolCallRunning) {
 		return s.wait(ctx, c, s.opts.InlineWait)
 	}
 	return View(c), nil

@@ -148,7 +148,7 @@ func (st *step) dispatch(c *store.ToolCall) (*store.ToolCall, error) {
 	if err != nil {
 		return c, err
 	}
-	if c.Kind == store.ToolKindServer {
+	if c.Kind == store.ToolKindServer || c.Kind == store.ToolKindMCP {
 		st.toRun = append(st.toRun, c)
 		return c, st.syncRun(c, nil)
 	}
