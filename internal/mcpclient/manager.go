@@ -32,6 +32,7 @@ import (
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/store"
+	"github.com/agentplane/agentplane/internal/tool"
 	"github.com/agentplane/agentplane/internal/toolsvc"
 )
 
@@ -273,12 +274,23 @@ func (m *Manager) Put(ctx context.Context, spec *Spec) (*ServerInfo, bool, error
 			return nil, false, err
 		}
 	}
+	if spec.Policy.Decision == "" {
+		spec.Policy.Decision = tool.DecisionAllow // shown as it applies
+	}
 	raw, err := json.Marshal(spec)
 	if err != nil {
 		return nil, false, err
 	}
 	m.regMu.Lock()
-	row, created, err := m.st.MCPServerPut(ctx, &store.MCPServerPutParams{Name: spec.Name, Spec: raw, At: m.opts.Now().UnixMilli()})
+	var row *store.MCPServerRow
+	created := false
+	if old, gerr := m.st.MCPServerGet(ctx, spec.Name); gerr == nil && string(old.Spec) == string(raw) {
+		// The same spec again (the config file at every start): nothing
+		// changes, and no replica reconnects.
+		row = old
+	} else {
+		row, created, err = m.st.MCPServerPut(ctx, &store.MCPServerPutParams{Name: spec.Name, Spec: raw, At: m.opts.Now().UnixMilli()})
+	}
 	if err == nil {
 		m.apply(row)
 	}

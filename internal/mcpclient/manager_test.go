@@ -110,6 +110,11 @@ func TestStreamableHTTPServer(t *testing.T) {
 		if !slices.Contains(info.Tools, "echo") || info.ProtocolVersion != "2025-11-25" || info.ServerName != "testserver" || info.LastConnectedAt == 0 {
 			t.Fatalf("connected: %+v", info)
 		}
+		// One session, however often the registry is read again (every 100 ms here).
+		time.Sleep(500 * time.Millisecond)
+		if n := srv.countMethod("initialize"); n != 1 {
+			t.Fatalf("%d initialize requests for one server", n)
+		}
 		srvState, ok := m.MCPServer("web")
 		if !ok || !srvState.Connected || srvState.Defaults.Policy.Decision != tool.DecisionRequireApproval {
 			t.Fatalf("MCPServer: %+v", srvState)

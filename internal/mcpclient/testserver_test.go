@@ -193,3 +193,16 @@ func (h *httpServer) posted(parts ...string) bool {
 	}
 	return false
 }
+
+// countMethod counts the POSTed requests of a JSON-RPC method.
+func (h *httpServer) countMethod(method string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, p := range h.posts {
+		if strings.Contains(p, `"method":"`+method+`"`) {
+			n++
+		}
+	}
+	return n
+}
