@@ -223,6 +223,9 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		// The demo's tools, registered over the admin API as an operator would.
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err = demo.RegisterTools(rctx, base, cfg.AdminKey, demoAgent.ToolsURL)
+		if err == nil {
+			err = demo.RegisterMCPServer(rctx, base, cfg.AdminKey, demoAgent.MCPURL)
+		}
 		cancel()
 		if err != nil {
 			return fmt.Errorf("register demo tools: %w", err)
