@@ -468,7 +468,7 @@ func TestMCPToolApproval(t *testing.T) {
 		// The per-tool override: add needs approval when b is large.
 		putTool(t, s, "calc@add", map[string]any{"policy": map[string]any{"decision": "allow", "rules": []any{
 			map[string]any{"name": "big", "when": "args.b > 100", "decision": "require_approval"}}}})
-		startGoToolAgent(t, s, "go-tools")
+		ga := startGoToolAgent(t, s, "go-tools")
 		c := dial(t, s, "alice", "alice-key")
 
 		c.invokeSpec("go-tools", "", map[string]any{"tool": "calc@add", "args": map[string]any{"a": 1, "b": 2}})
@@ -499,6 +499,31 @@ func TestMCPToolApproval(t *testing.T) {
 		}
 		if n := g.called("add"); n != 2 {
 			t.Fatalf("a rejected call ran: add ran %d times", n)
+		}
+
+		// The agent cancels its own call while it waits (POST
+		// /v1/tool_calls/{id}:cancel): cancelled with its approval, never run.
+		started = c.invokeSpec("go-tools", "", map[string]any{"tool": "calc@add", "args": map[string]any{"a": 1, "b": 650}})
+		msgs = c.readUntilAll("approval_required", isType("approval_required"))
+		ap = find(t, msgs, "approval_required", isType("approval_required"))
+		if code, body := s.call("POST", "/v1/tool_calls/"+sv(ap, "tool_call_id")+":cancel", "alice-key", map[string]any{}); code != http.StatusUnauthorized && code != http.StatusForbidden {
+			t.Fatalf("a user key cancelled a call: %d %v", code, body)
+		}
+		code, v := s.call("POST", "/v1/tool_calls/"+sv(ap, "tool_call_id")+":cancel", ga.key, map[string]any{"reason": "not needed"})
+		if code != http.StatusOK || v["state"] != "CANCELLED" || sv(obj(v, "error"), "message") != "not needed" {
+			t.Fatalf("cancel: %d %v", code, v)
+		}
+		if line := singleLine(t, c.untilEnd()); line != "error:cancelled" {
+			t.Fatalf("the cancelled call's invoke: %q", line)
+		}
+		if a := approvalByID(t, s, "CANCELLED", sv(ap, "approval_id")); a == nil {
+			t.Fatal("the cancelled call's approval is not cancelled")
+		}
+		if code, v := s.call("POST", "/v1/tool_calls/"+sv(ap, "tool_call_id")+":cancel", ga.key, nil); code != http.StatusOK || v["state"] != "CANCELLED" {
+			t.Fatalf("second cancel: %d %v", code, v)
+		}
+		if n := g.called("add"); n != 2 {
+			t.Fatalf("a cancelled call ran: add ran %d times", n)
 		}
 
 		// Pending when the platform dies: after the restart the run has
@@ -780,4 +805,52 @@ func anyStrings(v any) []string {
 		}
 	}
 	return out
+}
+
+// ---------------------------------------------------------------------------
+// 5. Replicas: each connects to every MCP server; a call dispatched by an
+// approval decided on another replica runs there, once.
+
+func TestMCPAcrossReplicas(t *testing.T) {
+	dsn := testdbDSN(t, "postgres")
+	a := startServer(t, dsn, "--instance-id", "replica-a")
+	b := startServer(t, dsn, "--instance-id", "replica-b")
+	g := newGoMCPServer(t)
+	putMCPServer(t, a, "calc", map[string]any{"transport": "streamable_http", "url": g.URL, "policy": map[string]any{"decision": "require_approval"}, "on_failure": "return_to_agent"})
+	waitMCPTools(t, a, "calc", "add")
+	waitMCPTools(t, b, "calc", "add") // B read the registry and connected itself
+
+	startGoToolAgent(t, a, "go-tools") // its tool calls go to A
+	c := dial(t, a, "alice", "alice-key")
+	c.invokeSpec("go-tools", "", map[string]any{"tool": "calc@add", "args": map[string]any{"a": 20, "b": 22}})
+	msgs := c.readUntilAll("approval_required", isType("approval_required"))
+	ap := find(t, msgs, "approval_required", isType("approval_required"))
+	code, body := b.call("POST", "/v1/approvals/"+sv(ap, "approval_id")+":decide", adminKey, map[string]any{"decision": "approve"})
+	if code != http.StatusOK {
+		t.Fatalf("approve on B: %d %v", code, body)
+	}
+	if res := singleResult(t, c.untilEnd()); num(obj(res, "structuredContent"), "sum") != 42 {
+		t.Fatalf("add approved on B: %v", res)
+	}
+	if n := g.called("add"); n != 1 {
+		t.Fatalf("add ran %d times", n)
+	}
+
+	// Deleted through A: B lets go of it too.
+	if code, body := a.call("DELETE", "/v1/mcp_servers/calc", adminKey, nil); code != http.StatusOK {
+		t.Fatalf("delete: %d %v", code, body)
+	}
+	waitUntil(t, "B to forget the server", func() bool {
+		code, tools := b.call("GET", "/v1/tools", adminKey, nil)
+		if code != http.StatusOK {
+			return false
+		}
+		for _, tl := range tools["tools"].([]any) {
+			if tl.(map[string]any)["mcp_server"] == "calc" {
+				return false
+			}
+		}
+		return true
+	})
+	assertSettled(t, dsn)
 }

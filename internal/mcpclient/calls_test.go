@@ -411,5 +411,17 @@ func TestMCPToolDeadlinesAndFailures(t *testing.T) {
 		if d := time.Since(began); d > 5*time.Second {
 			t.Fatalf("took %v", d)
 		}
+
+		// A server never reached: its tools are not known, and a call of
+		// one is refused as unreachable (503), not as an unknown tool.
+		if _, _, err := p.mcp.Put(p.ctx, &mcpclient.Spec{Name: "dead", Transport: mcpclient.TransportStreamableHTTP, URL: "http://127.0.0.1:1/mcp"}); err != nil {
+			t.Fatal(err)
+		}
+		waitStatus(t, p.mcp, "dead", mcpclient.StatusFailed, 0)
+		_, err = p.invoke(r, "dead@anything", `{}`)
+		var re *respond.Error
+		if !errors.As(err, &re) || re.Code != "tool_unreachable" || re.Status != 503 || !strings.Contains(re.Message, "connection refused") {
+			t.Fatalf("a never-connected server's tool: %v", err)
+		}
 	})
 }
