@@ -728,6 +728,28 @@ func TestMCPServerEndpoint(t *testing.T) {
 			t.Fatalf("the session with another run: %d %v", code, err)
 		}
 
+		// A call waiting for approval ends when its run does (cancelled by
+		// the user here): the MCP request answers, it does not hang.
+		cs2 := connectMCP(t, s, ga.key, run2, nil)
+		ended := make(chan *mcp.CallToolResult, 1)
+		go func() {
+			res, err := cs2.CallTool(context.Background(), &mcp.CallToolParams{Name: "pay__transfer", Arguments: map[string]any{"amount": 8, "to": "dan"}})
+			if err != nil {
+				t.Errorf("the call of the cancelled run: %v", err)
+			}
+			ended <- res
+		}()
+		c2.readUntilAll("approval_required", isType("approval_required"))
+		c2.send(map[string]any{"type": "cancel_run", "request_id": "c1", "run_id": run2})
+		select {
+		case res := <-ended:
+			if res == nil || !res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, `"code":"cancelled"`) {
+				t.Fatalf("the call of the cancelled run answered %+v", res)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("the call of the cancelled run never answered")
+		}
+
 		// The npm client, as a second agent tool client of the same run.
 		before := te.count()
 		cmd := exec.Command(in.node, filepath.Join(in.dir, "mcp_client.mjs"))
