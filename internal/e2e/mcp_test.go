@@ -270,6 +270,28 @@ func childPIDs(pid int, parts ...string) []int {
 	return out
 }
 
+// processesWithEnv are the processes whose environment holds kv.
+func processesWithEnv(kv string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil {
+			continue
+		}
+		for _, v := range strings.Split(string(env), "\x00") {
+			if v == kv {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
 // ---------------------------------------------------------------------------
 // 1. server-everything over stdio, declared in the config file.
 
@@ -277,15 +299,16 @@ func TestMCPEverythingStdio(t *testing.T) {
 	in := needInterop(t)
 	eachStore(t, func(t *testing.T, dsn string) {
 		cfg := filepath.Join(t.TempDir(), "agentplane.yaml")
+		marker := "e2e-stdio-" + filepath.Base(t.TempDir())
 		os.WriteFile(cfg, []byte(fmt.Sprintf(`mcp_servers:
   - name: everything
     transport: stdio
     command: %q
     args: [%q, "stdio"]
-    env: {MARKER: e2e-stdio}
+    env: {MARKER: %q}
     timeout_ms: 20000
     on_failure: return_to_agent
-`, in.node, in.everything)), 0o600)
+`, in.node, in.everything, marker)), 0o600)
 		s := startServerEnv(t, dsn, []string{"AGENTPLANE_CONFIG=" + cfg})
 		// get-roots-list is registered after initialize and announced with
 		// notifications/tools/list_changed: its presence proves the relisting.
@@ -372,7 +395,17 @@ func TestMCPEverythingStdio(t *testing.T) {
 		if line := singleLine(t, c.untilEnd()); line != "error:tool_not_found" {
 			t.Fatalf("a deleted server's tool: %q", line)
 		}
+
+		// Registered again, it is stopped with the platform.
+		putMCPServer(t, s, "everything", map[string]any{"transport": "stdio", "command": in.node, "args": []any{in.everything, "stdio"}, "env": map[string]any{"MARKER": marker}})
+		waitMCPTools(t, s, "everything", "echo")
+		if len(processesWithEnv("MARKER="+marker)) != 1 {
+			t.Fatalf("server-everything processes: %v", processesWithEnv("MARKER="+marker))
+		}
 		s.stop()
+		if left := processesWithEnv("MARKER=" + marker); len(left) != 0 {
+			t.Fatalf("server-everything outlived the platform: %v", left)
+		}
 		assertSettled(t, dsn)
 	})
 }
