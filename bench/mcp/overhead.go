@@ -123,6 +123,11 @@ func overheadRound(store, bin, dir, pg string, round, n, conc, concN, warm int) 
 		return nil, err
 	}
 	defer cs.Close()
+	// Listed first, as the platform's session has it: the SDK keeps the
+	// listing and consults it on every call.
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		return nil, err
+	}
 
 	var failures atomic.Int64
 	var firstErr atomic.Value
