@@ -124,23 +124,24 @@ func (c *conn) run() {
 		}
 		began := time.Now()
 		err = c.serve(cs)
+		msg := "the session ended"
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		// Unpublished and explained at once: no call may find the session
+		// gone and the status still connected.
+		c.mu.Lock()
+		c.session, c.status, c.lastError = nil, StatusConnecting, msg
+		c.mu.Unlock()
 		cs.Close()
 		cleanup()
-		c.mu.Lock()
-		c.session = nil
-		c.mu.Unlock()
 		if c.ctx.Err() != nil {
 			return
 		}
 		if time.Since(began) > stableAfter {
 			backoff = c.m.opts.BackoffMin
 		}
-		msg := "the session ended"
-		if err != nil {
-			msg += ": " + err.Error()
-		}
 		c.log.Warn("MCP server connection lost; reconnecting", "err", msg, "retry_in", backoff)
-		c.setStatus(StatusConnecting, msg)
 		if !sleep(c.ctx, backoff) {
 			return
 		}

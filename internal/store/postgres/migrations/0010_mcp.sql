@@ -3,10 +3,10 @@
 
 -- The registry of MCP servers. spec is the administrator's JSON (transport,
 -- url or command, policy, …), opaque to the store and returned byte for
--- byte (JSON, not JSONB, for the reason the tools table gives).
+-- byte: TEXT, as on SQLite (the store validates JSON on the Go side).
 CREATE TABLE mcp_servers (
   name       TEXT PRIMARY KEY,
-  spec       JSON NOT NULL,
+  spec       TEXT NOT NULL,
   created_at BIGINT NOT NULL,
   updated_at BIGINT NOT NULL
 );
