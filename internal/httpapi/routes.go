@@ -11,6 +11,7 @@ import (
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/mcpclient"
 	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/run"
@@ -34,6 +35,7 @@ type API struct {
 	Logger  *slog.Logger
 	Metrics *metrics.Registry
 	Tools   *toolsvc.Service
+	MCP     *mcpclient.Manager
 }
 
 // Routes registers every management route on mux.
@@ -63,9 +65,14 @@ func (a *API) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /v1/tools/{tool_name}", a.toolDelete)
 	mux.HandleFunc("POST /v1/tools/{verb}", a.toolVerb) // {tool_name}:invoke
 	mux.HandleFunc("GET /v1/tool_calls/{tool_call_id}", a.toolCallGet)
-	mux.HandleFunc("POST /v1/tool_calls/{verb}", a.toolCallVerb) // {tool_call_id}:wait
+	mux.HandleFunc("POST /v1/tool_calls/{verb}", a.toolCallVerb) // {tool_call_id}:wait, :cancel
 	mux.HandleFunc("GET /v1/approvals", a.approvalList)
 	mux.HandleFunc("POST /v1/approvals/{verb}", a.approvalVerb) // {approval_id}:decide
+
+	mux.HandleFunc("GET /v1/mcp_servers", a.mcpServerList)
+	mux.HandleFunc("PUT /v1/mcp_servers/{name}", a.mcpServerPut)
+	mux.HandleFunc("GET /v1/mcp_servers/{name}", a.mcpServerGet)
+	mux.HandleFunc("DELETE /v1/mcp_servers/{name}", a.mcpServerDelete)
 
 	mux.HandleFunc("PUT /v1/context/{key...}", a.contextPut)
 	mux.HandleFunc("GET /v1/context/{key...}", a.contextGet)

@@ -29,6 +29,8 @@ import (
 	"github.com/agentplane/agentplane/internal/ids"
 	"github.com/agentplane/agentplane/internal/ingress"
 	"github.com/agentplane/agentplane/internal/llmproxy"
+	"github.com/agentplane/agentplane/internal/mcpclient"
+	"github.com/agentplane/agentplane/internal/mcpserver"
 	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
@@ -110,6 +112,10 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce, OnEnd: tools.OnRunEnd, OnChildEnd: tools.OnChildEnd, MaxCallDepth: cfg.MaxCallDepth, StaleAfter: staleAfter,
 		MaxOutputBytes: cfg.MaxRunOutputBytes, MaxOutputEvents: cfg.MaxRunEvents, MaxTranscriptBytes: cfg.MaxTranscriptBytes})
 	tools.SetRuns(runs)
+	// MCP servers as tool sources: every process connects to every server,
+	// since any process may dispatch a call (an approval decided here).
+	mcps := mcpclient.New(st, mcpclient.Options{Logger: logger, Allow: allow})
+	tools.SetMCP(mcps)
 	if err := runs.Start(ctx); err != nil {
 		return fmt.Errorf("start run manager: %w", err)
 	}
@@ -117,11 +123,19 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		return fmt.Errorf("start tool service: %w", err)
 	}
 	defer tools.Stop()
+	if err := mcps.Start(ctx); err != nil {
+		return err
+	}
+	defer mcps.Stop()
+	// MCP servers before tools: the tools may override their tools.
+	if err := loadConfigMCPServers(ctx, mcps, &cfg.File.MCPServers); err != nil {
+		return err
+	}
 	if err := loadConfigTools(ctx, tools, &cfg.File.Tools); err != nil {
 		return err
 	}
 	var shuttingDown atomic.Bool
-	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Tools: tools, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() }}
+	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Tools: tools, MCP: mcps, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() }}
 	// Client presence across replicas (DESIGN §8): with a shared database
 	// the ingress records which sessions it has connections for, and a
 	// client tool dispatched by any replica asks those rows. On SQLite one
@@ -164,8 +178,11 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 
 	mux := http.NewServeMux()
 	api.Routes(mux)
+	mcpServe := mcpserver.New(mcpserver.Options{Keys: keys, Tools: tools, Logger: logger})
+	defer mcpServe.Stop()
 	if cfg.Role != "ingress" {
 		proxy.Routes(mux)
+		mcpServe.Routes(mux)
 	}
 	if cfg.Role != "orchestrator" {
 		mux.Handle("GET /v1/ws", ws)
@@ -220,6 +237,9 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		// The demo's tools, registered over the admin API as an operator would.
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err = demo.RegisterTools(rctx, base, cfg.AdminKey, demoAgent.ToolsURL)
+		if err == nil {
+			err = demo.RegisterMCPServer(rctx, base, cfg.AdminKey, demoAgent.MCPURL)
+		}
 		cancel()
 		if err != nil {
 			return fmt.Errorf("register demo tools: %w", err)
@@ -269,6 +289,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	final, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ws.Shutdown(final)
+	mcpServe.Stop() // its waits would hold the shutdown of their connections
 	if err := srv.Shutdown(final); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		logger.Warn("http shutdown", "err", err)
 	}
@@ -277,6 +298,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	}
 	prb.Stop()
 	tools.Stop()
+	mcps.Stop()
 	proxy.Close()
 	log.Stop() // after the proxy: its write-behind events are flushed here
 	fmt.Fprintln(out, "agentplane stopped")

@@ -93,6 +93,14 @@ type Queries interface {
 	ToolList(ctx context.Context) ([]*ToolRow, error)
 	ToolDelete(ctx context.Context, name string) error
 
+	// MCP servers used as tool sources (DESIGN §13). MCPServerPut reports
+	// whether the server was created; MCPServerDelete returns ErrNotFound
+	// when there is none.
+	MCPServerPut(ctx context.Context, p *MCPServerPutParams) (s *MCPServerRow, created bool, err error)
+	MCPServerGet(ctx context.Context, name string) (*MCPServerRow, error)
+	MCPServerList(ctx context.Context) ([]*MCPServerRow, error)
+	MCPServerDelete(ctx context.Context, name string) error
+
 	// Tool calls. ToolCallInsert returns the existing row with ErrDuplicate
 	// when the run already has a call with that idempotency key.
 	ToolCallInsert(ctx context.Context, p *ToolCallInsertParams) (*ToolCall, error)

@@ -81,6 +81,7 @@ type Service struct {
 	registry   registry
 	agentTools agentTools
 	waiters    *waiters
+	inflight   mcpInflight
 
 	execCtx    context.Context
 	execCancel context.CancelFunc
@@ -122,6 +123,7 @@ func New(log *eventlog.Log, opts Options) *Service {
 	s.duration = opts.Metrics.Histogram("agentplane_tool_call_duration_seconds", "Tool call duration from creation to its final state.", "state", metrics.DurationBuckets)
 	opts.Metrics.GaugeFunc("agentplane_tool_waits_pending", "Long-polls (:wait and inline invoke waits) this process holds.", func() float64 { return float64(s.waiters.count()) })
 	log.Observe(s.waiters.committed, s.remoteMoved)
+	log.Observe(s.callEnded, s.remoteEnded)
 	return s
 }
 

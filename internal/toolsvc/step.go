@@ -156,7 +156,7 @@ func (st *step) dispatch(c *store.ToolCall) (*store.ToolCall, error) {
 		return c, err
 	}
 	switch c.Kind {
-	case store.ToolKindServer:
+	case store.ToolKindServer, store.ToolKindMCP:
 		st.toRun = append(st.toRun, c)
 		return c, st.syncRun(c, nil)
 	case store.ToolKindAgent:
@@ -322,7 +322,7 @@ func (st *step) cascade(reason string) error {
 func (st *step) endOnRunEnd(c *store.ToolCall, reason string) (prev, ended *store.ToolCall, err error) {
 	for {
 		to, errJSON := store.ToolCallCancelled, errorJSON("cancelled", reason, nil)
-		if c.Kind == store.ToolKindServer && c.Status == store.ToolCallRunning {
+		if (c.Kind == store.ToolKindServer || c.Kind == store.ToolKindMCP) && c.Status == store.ToolCallRunning {
 			to, errJSON = store.ToolCallFailed, errorJSON("outcome_unknown",
 				reason+" while the tool was running: it may have run, but its result was not received", nil)
 		}
