@@ -33,6 +33,9 @@ type API struct {
 	Logger  *slog.Logger
 	Metrics *metrics.Registry
 	Tools   *toolsvc.Service
+	// Closing, when set, is done once the server shuts down: long-lived
+	// streams (events?follow=1) end then instead of holding the shutdown.
+	Closing context.Context
 }
 
 // Routes registers every management route on mux.
@@ -67,6 +70,13 @@ func (a *API) Routes(mux *http.ServeMux) {
 
 	mux.HandleFunc("PUT /v1/context/{key...}", a.contextPut)
 	mux.HandleFunc("GET /v1/context/{key...}", a.contextGet)
+
+	// Operator listings (issue 11); GET /v1/sessions/{id}/events?follow=1
+	// is the live form of the session's events above.
+	mux.HandleFunc("GET /v1/whoami", a.whoami)
+	mux.HandleFunc("GET /v1/sessions", a.sessionList)
+	mux.HandleFunc("GET /v1/runs", a.runList)
+	mux.HandleFunc("GET /v1/usage", a.usageList)
 }
 
 func (a *API) healthz(w http.ResponseWriter, r *http.Request) {

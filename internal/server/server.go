@@ -115,7 +115,11 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		return err
 	}
 	var shuttingDown atomic.Bool
-	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Tools: tools, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() }}
+	// Done when the HTTP server begins its shutdown: follow streams end
+	// then rather than hold it up.
+	closing, stopStreams := context.WithCancel(context.Background())
+	defer stopStreams()
+	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Tools: tools, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() }, Closing: closing}
 	// Client presence across replicas (DESIGN §8): with a shared database
 	// the ingress records which sessions it has connections for, and a
 	// client tool dispatched by any replica asks those rows. On SQLite one
@@ -177,6 +181,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	// bounds its own writes instead.
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	srv.RegisterOnShutdown(stopStreams)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 

@@ -123,6 +123,24 @@ func (s *Service) ListTools(ctx context.Context) ([]*ToolInfo, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.toolInfos(rows), nil
+}
+
+// ListToolsPage reads up to limit tools named after afterName, by name.
+// next is the name to continue after when limit rows were read ("" at the
+// end); a row that no longer compiles is skipped but still moves next on.
+func (s *Service) ListToolsPage(ctx context.Context, afterName string, limit int) (infos []*ToolInfo, next string, err error) {
+	rows, err := s.st.ToolListPage(ctx, afterName, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(rows) == limit && limit > 0 {
+		next = rows[len(rows)-1].Name
+	}
+	return s.toolInfos(rows), next, nil
+}
+
+func (s *Service) toolInfos(rows []*store.ToolRow) []*ToolInfo {
 	out := make([]*ToolInfo, 0, len(rows))
 	for _, row := range rows {
 		t, err := s.registry.compile(row)
@@ -132,7 +150,7 @@ func (s *Service) ListTools(ctx context.Context) ([]*ToolInfo, error) {
 		}
 		out = append(out, &ToolInfo{Definition: t.Def, CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt})
 	}
-	return out, nil
+	return out
 }
 
 // DeleteTool removes a tool. Calls already made keep running under the
