@@ -10,7 +10,9 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/store"
 )
 
@@ -31,6 +33,8 @@ type Options struct {
 	Logger   *slog.Logger
 	// Origin names this process in cross-process notifications.
 	Origin string
+	// Metrics, when set, receives the commit latency.
+	Metrics *metrics.Registry
 }
 
 // Log appends events and fans them out to subscribers after commit.
@@ -69,8 +73,12 @@ func New(st store.Store, opts Options) *Log {
 		opts.Logger = slog.Default()
 	}
 	l := &Log{origin: opts.Origin, st: st, hub: NewHub(), seed: maphash.MakeSeed()}
+	var commitLatency *metrics.HistogramVec
+	if opts.Metrics != nil {
+		commitLatency = metrics.EventCommit(opts.Metrics)
+	}
 	for range opts.Shards {
-		w := &writer{st: st, origin: opts.Origin, appended: &l.appended, commits: &l.commits, queue: make(chan *op, opts.QueueSize), publish: l.publish, maxBatch: opts.MaxBatch, log: opts.Logger}
+		w := &writer{st: st, origin: opts.Origin, appended: &l.appended, commits: &l.commits, queue: make(chan *op, opts.QueueSize), publish: l.publish, maxBatch: opts.MaxBatch, log: opts.Logger, latency: commitLatency}
 		stopped := make(chan struct{})
 		l.shards = append(l.shards, w)
 		l.stopped = append(l.stopped, stopped)
@@ -127,6 +135,7 @@ func (l *Log) submit(ctx context.Context, sessionID string, o *op) error {
 	if l.closing {
 		return ErrClosed
 	}
+	o.queued = time.Now()
 	select {
 	case l.shardFor(sessionID).queue <- o:
 		return nil

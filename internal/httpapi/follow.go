@@ -70,6 +70,8 @@ func (a *API) followEvents(w http.ResponseWriter, r *http.Request, sessionID str
 	}
 	sub := a.Log.Subscribe(sessionID, after)
 	defer sub.Close()
+	a.streams.Add(1)
+	defer a.streams.Add(-1)
 	buf := make([]byte, 0, 64<<10)
 	for {
 		wait, cancelWait := context.WithTimeout(ctx, followKeepAlive)

@@ -83,7 +83,8 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		return fmt.Errorf("AGENTPLANE_ENDPOINT_ALLOWLIST: %w", err)
 	}
 
-	log := eventlog.New(st, eventlog.Options{Logger: logger, Origin: cfg.InstanceID})
+	reg := metrics.New()
+	log := eventlog.New(st, eventlog.Options{Logger: logger, Origin: cfg.InstanceID, Metrics: reg})
 	defer log.Stop()
 	if st.Dialect() == "postgres" {
 		// Replicas share one database: follow their commits so a client
@@ -96,10 +97,9 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	keys := auth.New(cfg.AdminKey, userKeys, st)
 	httpClient := agent.NewHTTPClient(allow)
 	agentClient := &agent.Client{HTTP: httpClient, FirstByteTimeout: cfg.AgentFirstByteTimeout, IdleTimeout: cfg.AgentIdleTimeout}
-	reg := metrics.New()
 	reg.CounterFunc("agentplane_events_appended_total", "Events committed to the log by this process.", func() float64 { ev, _ := log.Stats(); return float64(ev) })
 	reg.CounterFunc("agentplane_event_commits_total", "Event log transactions committed by this process (events per commit shows batching).", func() float64 { _, c := log.Stats(); return float64(c) })
-	bridge := newLLMBridge(keys, st, log, logger)
+	bridge := newLLMBridge(keys, st, log, logger, reg)
 	tools := toolsvc.New(log, toolsvc.Options{Logger: logger, HTTP: httpClient, Allow: allow, Metrics: reg})
 	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce, OnEnd: tools.OnRunEnd, StaleAfter: staleAfter,
 		MaxOutputBytes: cfg.MaxRunOutputBytes, MaxOutputEvents: cfg.MaxRunEvents, MaxTranscriptBytes: cfg.MaxTranscriptBytes})
