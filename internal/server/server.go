@@ -169,6 +169,8 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		mux.Handle("GET /v1/ws", ws)
 		ui := console.Handler()
 		mux.Handle("GET /{$}", ui)
+		mux.Handle("GET /console", ui)
+		mux.Handle("GET /console/", ui)
 		mux.Handle("GET /static/", ui)
 	}
 
@@ -246,6 +248,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 			fmt.Fprintf(out, "demo user key: %s (from AGENTPLANE_API_KEYS)\n", demoCreds.userKey)
 		}
 		fmt.Fprintf(out, "open the chat: %s/#user=%s&key=%s&agent=%s\n", base, demoUser, demoCreds.userKey, demo.AgentID)
+		fmt.Fprintf(out, "open the console: %s/console (log in with the admin key, or %s:<demo user key>)\n", base, demoUser)
 	}
 
 	select {
