@@ -389,3 +389,43 @@ func TestBrowserConsoleUserKey(t *testing.T) {
 	p.do("open bob's session", chromedp.Navigate(s.URL+"/console/sessions/"+bobSID))
 	p.waitFor("bob's session", `(function () { var s = window.agentplaneConsole.state(); return s && s.live === 'live' && s.runs.length === 1 && s.runs[0].status === 'DONE'; })()`)
 }
+
+// TestBrowserConsoleRegistryPages: agents (health, links), tools (policy), MCP servers (this
+// server has none: "not available"), usage (the demo's LLM calls by agent, model and user).
+func TestBrowserConsoleRegistryPages(t *testing.T) {
+	browser := newBrowser(t)
+	s := startDemo(t)
+	chat(t, s, "alice", "alice-key", "demo", "", "What's the weather in Paris?")
+	s.register("linked", "http://127.0.0.1:9/")
+	if code, body := s.call("POST", "/v1/agents/register", adminKey, map[string]any{"agent_id": "linked", "endpoint": "http://127.0.0.1:9/", "linked_agents": []string{"demo"}}); code != 200 {
+		t.Fatalf("re-register: %d %v", code, body)
+	}
+
+	p := openConsole(t, browser, s.URL, adminKey, "/console/agents")
+	p.waitFor("the agents", `window.agentplaneConsole.state().rows === 2 && !!document.querySelector('[data-testid="agents"] tr[data-agent-id="demo"][data-status="healthy"]')`)
+	if got := evalIn[string](p, `document.querySelector('tr[data-agent-id="linked"]').textContent`); !strings.Contains(got, "demo") {
+		t.Fatalf("the linked agent's row says %q", got)
+	}
+
+	p.do("tools", chromedp.Click(`#nav a[data-page="tools"]`))
+	p.waitFor("the tools", `window.agentplaneConsole.page() === 'tools' && !!document.querySelector('[data-testid="tools"] tr[data-tool="demo.transfer"]')`)
+	if got := evalIn[string](p, `document.querySelector('tr[data-tool="demo.transfer"]').textContent`); !strings.Contains(got, "require_approval") {
+		t.Fatalf("the transfer tool's row says %q", got)
+	}
+
+	p.do("MCP servers", chromedp.Click(`#nav a[data-page="mcp"]`))
+	p.waitFor("no MCP servers", `window.agentplaneConsole.page() === 'mcp' && !!document.querySelector('[data-testid="mcp-none"]') && ['not_available', 'ok'].indexOf(window.agentplaneConsole.state().status) >= 0`)
+
+	p.do("usage", chromedp.Click(`#nav a[data-page="usage"]`))
+	p.waitFor("usage by agent", `(function () { var s = window.agentplaneConsole.state(); return window.agentplaneConsole.page() === 'usage' && s.groupBy === 'agent' && s.rows.length === 1 && s.rows[0].key === 'demo' && s.total.llm_calls >= 2 && s.total.estimated_cost > 0; })()`)
+	p.do("by model", chromedp.SetValue(`[data-testid="usage-group"]`, "model"), chromedp.Evaluate[chromedp.Void](`document.querySelector('[data-testid="usage-group"]').dispatchEvent(new Event('change'))`))
+	p.waitFor("usage by model", `(function () { var s = window.agentplaneConsole.state(); return s.groupBy === 'model' && s.rows[0].key === 'demo-llm'; })()`)
+	if !strings.Contains(evalIn[string](p, `location.search`), "group_by=model") {
+		t.Fatal("the grouping is not in the URL")
+	}
+	p.do("reload", chromedp.Reload())
+	p.waitFor("usage by model after a reload", `(function () { var s = window.agentplaneConsole.state(); return s && s.groupBy === 'model' && s.rows.length === 1; })()`)
+	if got := evalIn[string](p, `document.querySelector('[data-testid="usage"] tr.total').textContent`); !strings.Contains(got, "total") {
+		t.Fatalf("the total row says %q", got)
+	}
+}

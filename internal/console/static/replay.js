@@ -105,7 +105,11 @@
       if (tview) tview.destroy();
       tlBox.replaceChildren();
       model = new Timeline.Model();
-      tview = new Timeline.View(tlBox, model, { eventsPath: eventsPath });
+      tview = new Timeline.View(tlBox, model, {
+        eventsPath: eventsPath,
+        // At the bottom of the page the timeline keeps up with the replay.
+        follow: function () { return root.innerHeight + root.scrollY >= document.documentElement.scrollHeight - 300; },
+      });
       chatBox.replaceChildren();
       chat = new Core.Chat({
         url: null, settings: { user: '', key: '', agent: '' }, sessionId: id, view: chatView(chatBox),
