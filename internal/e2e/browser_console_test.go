@@ -288,7 +288,9 @@ func TestBrowserConsoleReplay(t *testing.T) {
 	seek := func(seq int64) {
 		t.Helper()
 		p.do(fmt.Sprintf("seek to %d", seq), chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(function () { var s = document.querySelector('[data-testid="seek"]'); s.value = '%d'; s.dispatchEvent(new Event('change')); })()`, seq)))
-		p.waitFor(fmt.Sprintf("the replay at seq %d", seq), fmt.Sprintf(`(function () { var s = window.agentplaneConsole.state(); return s.pos === %d && !s.playing; })()`, seq))
+		// Settled: the seek's page is read and drawn, so nothing moves under the next click.
+		p.waitFor(fmt.Sprintf("the replay at seq %d", seq), fmt.Sprintf(`(function () { var s = window.agentplaneConsole.state(); return s.pos === %d && !s.playing && !s.seeking; })()`, seq))
+		p.do("let the page settle", chromedp.Evaluate[chromedp.Void](`new Promise(function (r) { requestAnimationFrame(function () { requestAnimationFrame(r); }); })`, chromedp.EvalAwaitPromise))
 	}
 	seek(secondStart - 1)
 	if st := consoleState[replayState](p); len(st.Chat.Messages) != 2 {

@@ -126,6 +126,7 @@
       st.pos = 0;
       st.clock = 0;
       st.finished = false;
+      showControls();
     }
 
     function buffered() { return st.buf.length - st.bi; }
@@ -299,7 +300,7 @@
 
     AP.pageState = function () {
       return {
-        sessionId: id, pos: st.pos, lastSeq: st.lastSeq, playing: st.playing, finished: st.finished, started: st.started,
+        sessionId: id, pos: st.pos, lastSeq: st.lastSeq, playing: st.playing, finished: st.finished, started: st.started, seeking: st.seeking,
         speed: String(st.speed), buffered: buffered(), error: error ? error.code : '',
         chat: chat ? chat.snapshot() : null, timeline: model ? { rows: model.rows.length, lastSeq: model.lastSeq, counts: model.summary().counts } : null,
       };
