@@ -7,6 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/auth"
@@ -36,6 +37,11 @@ type API struct {
 	Metrics *metrics.Registry
 	Tools   *toolsvc.Service
 	MCP     *mcpclient.Manager
+	// Closing, when set, is done once the server shuts down: long-lived
+	// streams (events?follow=1) end then instead of holding the shutdown.
+	Closing context.Context
+
+	streams atomic.Int64 // open follow streams
 }
 
 // Routes registers every management route on mux.
@@ -76,6 +82,16 @@ func (a *API) Routes(mux *http.ServeMux) {
 
 	mux.HandleFunc("PUT /v1/context/{key...}", a.contextPut)
 	mux.HandleFunc("GET /v1/context/{key...}", a.contextGet)
+
+	// Operator listings (issue 11); GET /v1/sessions/{id}/events?follow=1
+	// is the live form of the session's events above.
+	mux.HandleFunc("GET /v1/whoami", a.whoami)
+	mux.HandleFunc("GET /v1/sessions", a.sessionList)
+	mux.HandleFunc("GET /v1/runs", a.runList)
+	mux.HandleFunc("GET /v1/usage", a.usageList)
+	if a.Metrics != nil {
+		a.Metrics.GaugeFunc("agentplane_event_streams", "Open follow streams (GET /v1/sessions/{id}/events?follow=1).", func() float64 { return float64(a.streams.Load()) })
+	}
 }
 
 func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
@@ -89,8 +105,7 @@ func (a *API) metrics(w http.ResponseWriter, r *http.Request) {
 	if !a.admin(w, r) {
 		return
 	}
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-	a.Metrics.WriteText(w)
+	a.Metrics.Handler().ServeHTTP(w, r)
 }
 
 func (a *API) readyz(w http.ResponseWriter, r *http.Request) {

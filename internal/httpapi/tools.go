@@ -73,12 +73,29 @@ func (a *API) toolList(w http.ResponseWriter, r *http.Request) {
 	}
 	switch p.Kind {
 	case auth.Admin:
-		list, err := a.Tools.ListTools(r.Context())
+		limit, err := limitParam(r, 1000, 1000)
+		var c *cursor
+		if err == nil {
+			c, err = decodeCursor(r, "tools")
+		}
 		if err != nil {
 			respond.Err(w, r, err)
 			return
 		}
-		respond.JSON(w, http.StatusOK, map[string]any{"tools": list})
+		after := ""
+		if c != nil {
+			after = c.ID
+		}
+		list, last, err := a.Tools.ListToolsPage(r.Context(), after, limit)
+		if err != nil {
+			respond.Err(w, r, err)
+			return
+		}
+		next := ""
+		if last != "" {
+			next = encodeCursor("tools", 0, last)
+		}
+		respond.JSON(w, http.StatusOK, map[string]any{"tools": list, "next_cursor": next})
 	case auth.Agent:
 		if id := r.URL.Query().Get("run_id"); id != "" {
 			rn, err := a.St.RunGet(r.Context(), id)

@@ -91,7 +91,8 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		return fmt.Errorf("AGENTPLANE_ENDPOINT_ALLOWLIST: %w", err)
 	}
 
-	log := eventlog.New(st, eventlog.Options{Logger: logger, Origin: cfg.InstanceID})
+	reg := metrics.New()
+	log := eventlog.New(st, eventlog.Options{Logger: logger, Origin: cfg.InstanceID, Metrics: reg})
 	defer log.Stop()
 	if st.Dialect() == "postgres" {
 		// Replicas share one database: follow their commits so a client
@@ -104,10 +105,9 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	keys := auth.New(cfg.AdminKey, userKeys, st)
 	httpClient := agent.NewHTTPClient(allow)
 	agentClient := &agent.Client{HTTP: httpClient, FirstByteTimeout: cfg.AgentFirstByteTimeout, IdleTimeout: cfg.AgentIdleTimeout}
-	reg := metrics.New()
 	reg.CounterFunc("agentplane_events_appended_total", "Events committed to the log by this process.", func() float64 { ev, _ := log.Stats(); return float64(ev) })
 	reg.CounterFunc("agentplane_event_commits_total", "Event log transactions committed by this process (events per commit shows batching).", func() float64 { _, c := log.Stats(); return float64(c) })
-	bridge := newLLMBridge(keys, st, log, logger)
+	bridge := newLLMBridge(keys, st, log, logger, reg)
 	tools := toolsvc.New(log, toolsvc.Options{Logger: logger, HTTP: httpClient, Allow: allow, Metrics: reg})
 	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce, OnEnd: tools.OnRunEnd, OnChildEnd: tools.OnChildEnd, MaxCallDepth: cfg.MaxCallDepth, StaleAfter: staleAfter,
 		MaxOutputBytes: cfg.MaxRunOutputBytes, MaxOutputEvents: cfg.MaxRunEvents, MaxTranscriptBytes: cfg.MaxTranscriptBytes})
@@ -135,7 +135,11 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		return err
 	}
 	var shuttingDown atomic.Bool
-	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Tools: tools, MCP: mcps, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() }}
+	// Done when the HTTP server begins its shutdown: follow streams end
+	// then rather than hold it up.
+	closing, stopStreams := context.WithCancel(context.Background())
+	defer stopStreams()
+	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Tools: tools, MCP: mcps, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() }, Closing: closing}
 	// Client presence across replicas (DESIGN §8): with a shared database
 	// the ingress records which sessions it has connections for, and a
 	// client tool dispatched by any replica asks those rows. On SQLite one
@@ -188,6 +192,8 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		mux.Handle("GET /v1/ws", ws)
 		ui := console.Handler()
 		mux.Handle("GET /{$}", ui)
+		mux.Handle("GET /console", ui)
+		mux.Handle("GET /console/", ui)
 		mux.Handle("GET /static/", ui)
 	}
 
@@ -206,6 +212,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	// reading request bodies.
 	srv := &http.Server{Handler: bodyDeadline(cfg.BodyReadTimeout, httpapi.Handler(mux)), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 		ConnContext: connlimit.ConnContext, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	srv.RegisterOnShutdown(stopStreams)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
@@ -274,6 +281,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 			fmt.Fprintf(out, "demo user key: %s (from AGENTPLANE_API_KEYS)\n", demoCreds.userKey)
 		}
 		fmt.Fprintf(out, "open the chat: %s/#user=%s&key=%s&agent=%s\n", base, demoUser, demoCreds.userKey, demo.AgentID)
+		fmt.Fprintf(out, "open the console: %s/console (log in with the admin key, or %s:<demo user key>)\n", base, demoUser)
 	}
 
 	select {

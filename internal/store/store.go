@@ -160,6 +160,16 @@ type Queries interface {
 	// transaction it is sent only on commit (PostgreSQL NOTIFY); on SQLite,
 	// where one process owns the file, it does nothing.
 	EventsNotify(ctx context.Context, origin string, sessionIDs []string) error
+
+	// Operator listings (issue 11, listing.go): filtered, keyset-paged
+	// reads for GET /v1/sessions, /v1/runs, /v1/agents, /v1/tools and
+	// /v1/usage. A page is the rows after the cursor in the listing's
+	// order, so rows inserted meanwhile never shift a later page.
+	SessionList(ctx context.Context, p *SessionListParams) ([]*SessionSummary, error)
+	RunList(ctx context.Context, p *RunListParams) ([]*Run, error)
+	AgentListPage(ctx context.Context, afterID string, limit int) ([]*Agent, error)
+	ToolListPage(ctx context.Context, afterName string, limit int) ([]*ToolRow, error)
+	UsageSummary(ctx context.Context, p *UsageParams) ([]UsageRow, error)
 }
 
 // NotifyChannel is the PostgreSQL channel EventsNotify uses; payloads are

@@ -231,10 +231,14 @@ type ApprovalDecideParams struct {
 	At        int64
 }
 
-// ApprovalListParams lists approvals, oldest first, optionally only those in
-// Status and/or of SessionID.
+// ApprovalListParams lists approvals, oldest first (newest first with
+// Desc), optionally only those in Status, of SessionID and/or of the
+// sessions of UserID, after the cursor After.
 type ApprovalListParams struct {
 	Status    string
 	SessionID string
+	UserID    string
+	Desc      bool
+	After     *Cursor
 	Limit     int
 }

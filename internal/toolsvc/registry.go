@@ -153,15 +153,33 @@ func (s *Service) ListTools(ctx context.Context) ([]*ToolInfo, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.toolInfos(rows, true), nil
+}
+
+// ListToolsPage reads up to limit tools named after afterName, by name.
+// next is the name to continue after when limit rows were read ("" at the
+// end); a row that no longer compiles is skipped but still moves next on.
+func (s *Service) ListToolsPage(ctx context.Context, afterName string, limit int) (infos []*ToolInfo, next string, err error) {
+	rows, err := s.st.ToolListPage(ctx, afterName, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(rows) == limit && limit > 0 {
+		next = rows[len(rows)-1].Name
+	}
+	// The MCP servers' tools are not rows: they follow the last page.
+	return s.toolInfos(rows, next == ""), next, nil
+}
+
+// toolInfos shows rows (call_<agent_id> overrides included) and, withMCP,
+// the MCP servers' tools after them.
+func (s *Service) toolInfos(rows []*store.ToolRow, withMCP bool) []*ToolInfo {
 	out := make([]*ToolInfo, 0, len(rows))
 	overrides := map[string]*store.ToolRow{}
 	for _, row := range rows {
 		if tool.IsMCPName(row.Name) {
 			overrides[row.Name] = row
 			continue
-		}
-		if isAgentTool(row.Name) {
-			continue // an override: listed below when agentID links the agent
 		}
 		t, err := s.registry.compile(row)
 		if err != nil {
@@ -170,14 +188,16 @@ func (s *Service) ListTools(ctx context.Context) ([]*ToolInfo, error) {
 		}
 		out = append(out, &ToolInfo{Definition: t.Def, CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt})
 	}
-	for _, t := range s.mcpTools(overrides) {
-		row := overrides[t.Def.Name]
-		if row == nil {
-			row = s.registry.mcpRow(t.Def.Name)
+	if withMCP {
+		for _, t := range s.mcpTools(overrides) {
+			row := overrides[t.Def.Name]
+			if row == nil {
+				row = s.registry.mcpRow(t.Def.Name)
+			}
+			out = append(out, toolInfo(t, row))
 		}
-		out = append(out, toolInfo(t, row))
 	}
-	return out, nil
+	return out
 }
 
 // DeleteTool removes a tool, or an MCP tool's override. Calls already made

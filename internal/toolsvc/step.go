@@ -80,9 +80,8 @@ func (s *Service) commit(ctx context.Context, sessionID, runID string, fn func(s
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range st.ended {
-		s.calls.Add(c.ToolName+":"+c.Status, 1)
-		s.duration.Observe(c.Status, float64(c.UpdatedAt-c.CreatedAt)/1000)
+	if st.runEnded {
+		s.runFailedMetrics(st.run)
 	}
 	for _, c := range st.toRun {
 		s.startExec(c)
