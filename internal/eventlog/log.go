@@ -13,8 +13,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"unicode"
 	"time"
+	"unicode"
 
 	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/store"
