@@ -41,6 +41,9 @@ type Agent struct {
 	ln, toolsLn   net.Listener
 	srv, toolsSrv *http.Server
 	model         string
+	// prompt is the system prompt of the agent's model; "" is the demo
+	// agent's (the team's agents have their own, team.go).
+	prompt string
 }
 
 // Listen reserves the loopback ports of the demo agent and of its tools, so
@@ -65,17 +68,27 @@ func (a *Agent) Serve(platformURL, agentKey, model string) {
 	h := agentplane.NewAgentHandler(a.reply)
 	h.Platform = agentplane.NewClient(platformURL, agentKey)
 	a.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	a.toolsSrv = &http.Server{Handler: newToolServer(), ReadHeaderTimeout: 10 * time.Second}
 	go a.srv.Serve(a.ln)
-	go a.toolsSrv.Serve(a.toolsLn)
+	if a.toolsLn != nil {
+		a.toolsSrv = &http.Server{Handler: newToolServer(), ReadHeaderTimeout: 10 * time.Second}
+		go a.toolsSrv.Serve(a.toolsLn)
+	}
 }
 
 // Stop closes the demo agent and its tools.
 func (a *Agent) Stop(ctx context.Context) error {
+	var errs []error
 	if a.srv == nil {
-		return errors.Join(a.ln.Close(), a.toolsLn.Close())
+		errs = append(errs, a.ln.Close())
+	} else {
+		errs = append(errs, a.srv.Shutdown(ctx))
 	}
-	return errors.Join(a.srv.Shutdown(ctx), a.toolsSrv.Shutdown(ctx))
+	if a.toolsSrv != nil {
+		errs = append(errs, a.toolsSrv.Shutdown(ctx))
+	} else if a.toolsLn != nil {
+		errs = append(errs, a.toolsLn.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // reply answers one message with the OpenAI function-calling loop, every
@@ -93,7 +106,11 @@ func (a *Agent) reply(ctx context.Context, req *agentplane.Request, s agentplane
 	if err != nil {
 		return &agentplane.Error{Code: "tools_unavailable", Message: err.Error()}
 	}
-	msgs := []chatMessage{{Role: "system", Content: ptr(systemPrompt)}}
+	prompt := a.prompt
+	if prompt == "" {
+		prompt = systemPrompt
+	}
+	msgs := []chatMessage{{Role: "system", Content: ptr(prompt)}}
 	for _, m := range req.Messages {
 		msgs = append(msgs, chatMessage{Role: m.Role, Content: ptr(m.Content)})
 	}
