@@ -7,7 +7,8 @@
 // when AGENTPLANE_LLM_BASE_URL is set. The tool the model picks is invoked
 // through the platform's tool API: the server tool demo.weather, the
 // browser's client tool client.now, or the server tool demo.transfer, which
-// asks a human for approval above 100.
+// asks a human for approval above 100. team.go adds a planner that calls two
+// worker agents the same way (issue 9).
 package demo
 
 import (
