@@ -7,11 +7,14 @@
 // # What it answers
 //
 //   - The last message is a tool result (role "tool", or a Responses
-//     "function_call_output"): if a function the request offers that was not
-//     called since the last user message matches that message (the rule
-//     below, by keywords only, whatever tool_choice says but "none"), a call
-//     of it — so one message can drive several calls in a row, each tool
-//     once ("weather in Paris, then send 250 to Bob"). Otherwise text: with
+//     "function_call_output"): if the last user message has more clauses
+//     (cut at ",", ";" and the word "then") than functions were called
+//     since it, and a function the request offers that was not called since
+//     then matches that message (the rule below, by keywords only, whatever
+//     tool_choice says but "none"), a call of it — so one message can drive
+//     several calls in a row, each tool once ("weather in Paris, then send
+//     250 to Bob"), while a one-clause message ("refund order 1042") gets
+//     one call however many tools it matches. Otherwise text: with
 //     one tool result since the last user message, ToolReply of it; with
 //     several, "Tool results:" and one line per result, "- <function>:
 //     <result spelled out>".

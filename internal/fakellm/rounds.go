@@ -27,11 +27,11 @@ func (r *round) userTurn(text string) {
 	r.results = nil
 }
 
-// afterTools decides what follows tool results: the best-matching function
-// not called yet in this round, else the answer. The rule is in the package
-// doc.
+// afterTools decides what follows tool results: while the message has a
+// clause no call has served yet, the best-matching function not called yet
+// in this round; else the answer. The rule is in the package doc.
 func (r *round) afterTools(tools []toolSpec, choice toolChoice) (*toolSpec, string) {
-	if choice.mode != "none" {
+	if choice.mode != "none" && len(splitClauses(r.lastUser)) > len(r.called) {
 		var fresh []toolSpec
 		for _, t := range tools {
 			if !r.called[t.Name] {

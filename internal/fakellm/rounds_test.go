@@ -58,6 +58,11 @@ func TestPlannerRounds(t *testing.T) {
 	if p.toolName != "" || p.text != "Tool result: Sunny, 21 C in Paris" {
 		t.Fatalf("single: %+v", p)
 	}
+	// One clause matching two tools: one call, then the answer.
+	p = chatPlanOf(t, `[{"role":"user","content":"weather for payments in Paris"},`+call1+`,`+res1+`]`, "")
+	if p.toolName != "" || p.text != "Tool result: Sunny, 21 C in Paris" {
+		t.Fatalf("one clause: %+v", p)
+	}
 }
 
 // The Responses API follows the same rounds.
