@@ -69,6 +69,9 @@ type File struct {
 	Agents []AgentSpec `yaml:"agents"`
 	LLM    yaml.Node   `yaml:"llm"`
 	Tools  yaml.Node   `yaml:"tools"`
+	// Governance (DESIGN §15; governance.go).
+	Limits    Limits    `yaml:"limits"`
+	Retention Retention `yaml:"retention"`
 }
 
 // AgentSpec declares an agent to register at start. Its key is printed
@@ -156,6 +159,18 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		if err := c.loadFile(); err != nil {
 			return nil, err
 		}
+	}
+	if err := c.File.checkGovernance(); err != nil {
+		if c.ConfigFile != "" {
+			err = fmt.Errorf("config file %s: %w", c.ConfigFile, err)
+		}
+		return nil, err
+	}
+	// Environment and flags override the file, as everywhere.
+	wsSet := getenv("AGENTPLANE_MAX_WS_PER_USER") != ""
+	fs.Visit(func(f *flag.Flag) { wsSet = wsSet || f.Name == "max-ws-per-user" })
+	if !wsSet && c.File.Limits.MaxWSPerUser != nil {
+		c.MaxWSPerUser = *c.File.Limits.MaxWSPerUser
 	}
 	if c.InstanceID == "" {
 		c.InstanceID = defaultInstanceID(c.Addr)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/auth"
@@ -34,6 +35,9 @@ type API struct {
 	Logger  *slog.Logger
 	Metrics *metrics.Registry
 	Tools   *toolsvc.Service
+	// AgentKeyGrace keeps an agent's previous key valid this long after
+	// rotate_key (limits.agent_key_grace_seconds; 0: none).
+	AgentKeyGrace time.Duration
 }
 
 // Routes registers every management route on mux.
@@ -68,6 +72,12 @@ func (a *API) Routes(mux *http.ServeMux) {
 
 	mux.HandleFunc("PUT /v1/context/{key...}", a.contextPut)
 	mux.HandleFunc("GET /v1/context/{key...}", a.contextGet)
+
+	// Governance (DESIGN §15).
+	mux.HandleFunc("GET /v1/audit", a.auditList)
+	mux.HandleFunc("POST /v1/users/{user_id}/keys", a.userKeyCreate)
+	mux.HandleFunc("GET /v1/users/{user_id}/keys", a.userKeyList)
+	mux.HandleFunc("DELETE /v1/users/{user_id}/keys/{key_id}", a.userKeyDelete)
 }
 
 func (a *API) healthz(w http.ResponseWriter, r *http.Request) {

@@ -147,7 +147,17 @@ func (c *conn) hello(data []byte) bool {
 		c.closeWith(websocket.ClosePolicyViolation, "hello required")
 		return false
 	}
-	if !c.s.keys.UserByKey(userID, key) {
+	ctx, cancel := context.WithTimeout(c.ctx, commandTimeout)
+	known, err := c.s.keys.UserByKey(ctx, userID, key)
+	cancel()
+	if err != nil {
+		// The store could not say (user keys created over the API live
+		// there): the client may retry; nothing was decided.
+		c.fail(requestID, err)
+		c.closeWith(websocket.CloseTryAgainLater, "try again later")
+		return false
+	}
+	if !known {
 		c.send(errorReply(requestID, "unauthorized", "unknown user_id or api_key"))
 		c.closeWith(websocket.ClosePolicyViolation, "unauthorized")
 		return false

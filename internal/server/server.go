@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/internal/agent"
+	"github.com/agentplane/agentplane/internal/audit"
 	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/config"
 	"github.com/agentplane/agentplane/internal/connlimit"
@@ -117,11 +118,14 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		return fmt.Errorf("start tool service: %w", err)
 	}
 	defer tools.Stop()
-	if err := loadConfigTools(ctx, tools, &cfg.File.Tools); err != nil {
+	// What the config file changes is audited as its own actor.
+	cfgCtx := audit.WithActor(ctx, audit.Config)
+	if err := loadConfigTools(cfgCtx, tools, &cfg.File.Tools); err != nil {
 		return err
 	}
 	var shuttingDown atomic.Bool
-	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Tools: tools, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() }}
+	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Tools: tools, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() },
+		AgentKeyGrace: time.Duration(cfg.File.Limits.AgentKeyGraceSeconds) * time.Second}
 	// Client presence across replicas (DESIGN §8): with a shared database
 	// the ingress records which sessions it has connections for, and a
 	// client tool dispatched by any replica asks those rows. On SQLite one
@@ -195,7 +199,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	prb := &prober{st: st, client: agentClient, interval: cfg.HealthInterval, log: logger}
 
 	for _, spec := range cfg.File.Agents {
-		resp, err := api.Register(ctx, &httpapi.RegisterRequest{AgentID: spec.AgentID, Name: spec.Name, Endpoint: spec.Endpoint, Capabilities: spec.Capabilities, LinkedAgents: spec.LinkedAgents})
+		resp, err := api.Register(cfgCtx, &httpapi.RegisterRequest{AgentID: spec.AgentID, Name: spec.Name, Endpoint: spec.Endpoint, Capabilities: spec.Capabilities, LinkedAgents: spec.LinkedAgents})
 		if err != nil {
 			return fmt.Errorf("config file agent %s: %w", spec.AgentID, err)
 		}

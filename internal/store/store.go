@@ -142,6 +142,26 @@ type Queries interface {
 	// there first (so processes starting together agree on one).
 	SettingPutIfAbsent(ctx context.Context, name, value string, at int64) (string, error)
 
+	// Governance (issue 14, DESIGN §15; rows in governance.go).
+	// AuditInsert appends an audit row; AuditList pages through them,
+	// newest first.
+	AuditInsert(ctx context.Context, p *AuditInsertParams) (*AuditEntry, error)
+	AuditList(ctx context.Context, p *AuditListParams) ([]*AuditEntry, error)
+	// User keys (hashed). UserKeyInsert: ErrConflict on a taken id or hash.
+	// UserKeyDelete returns the deleted key; ErrNotFound when userID has no
+	// key keyID.
+	UserKeyInsert(ctx context.Context, k *UserKey) error
+	UserKeyList(ctx context.Context, userID string) ([]*UserKey, error)
+	UserKeyDelete(ctx context.Context, userID, keyID string) (*UserKey, error)
+	UserKeyGetByHash(ctx context.Context, keyHash string) (*UserKey, error)
+	// AgentKeyGraceSet keeps a rotated agent key valid until p.ExpiresAt
+	// (and forgets the agent's expired ones); AgentKeyGraceGet returns the
+	// agent a key in its grace period belongs to, ErrNotFound otherwise;
+	// AgentKeyGraceDelete forgets an agent's (deleted) keys.
+	AgentKeyGraceSet(ctx context.Context, p *AgentKeyGraceParams) error
+	AgentKeyGraceGet(ctx context.Context, keyHash string, now int64) (agentID string, expiresAt int64, err error)
+	AgentKeyGraceDelete(ctx context.Context, agentID string) error
+
 	// EventsNotify tells other processes that sessions got events. In a
 	// transaction it is sent only on commit (PostgreSQL NOTIFY); on SQLite,
 	// where one process owns the file, it does nothing.

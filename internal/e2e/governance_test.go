@@ -1,0 +1,236 @@
+package e2e
+
+// End-to-end tests of governance (issue 14, DESIGN §15): the real binary on
+// SQLite and PostgreSQL — the audit log, user keys managed over the API,
+// agent key rotation with a grace period, rate limits, the per-user run
+// cap, the global run queue, retention and redaction.
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeConfig writes a config file for a server and returns the env that
+// names it.
+func writeConfig(t *testing.T, yml string) []string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "agentplane.yaml")
+	if err := os.WriteFile(p, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"AGENTPLANE_CONFIG=" + p}
+}
+
+// auditEntries lists the audit log (admin), newest first, following the
+// cursor through pages of limit.
+func auditEntries(t *testing.T, s *server, query string, limit int) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	cursor := ""
+	for {
+		q := fmt.Sprintf("/v1/audit?limit=%d%s", limit, query)
+		if cursor != "" {
+			q += "&cursor=" + url.QueryEscape(cursor)
+		}
+		code, body := s.call("GET", q, adminKey, nil)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s: %d %v", q, code, body)
+		}
+		for _, e := range body["entries"].([]any) {
+			out = append(out, e.(map[string]any))
+		}
+		next, _ := body["next_cursor"].(string)
+		if next == "" {
+			return out
+		}
+		cursor = next
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Every admin action leaves exactly one audit row naming who did it —
+// approvals decided over HTTP and over WebSocket included — and an action
+// that was refused leaves none. User keys created over the API work at
+// once (WebSocket hello and HTTP) and stop when deleted; a rotated agent
+// key keeps working for the configured grace period, then stops.
+func TestAdminActionsAreAuditedAndKeysManagedOverTheAPI(t *testing.T) {
+	eachStore(t, func(t *testing.T, dsn string) {
+		s := startServerEnv(t, dsn, writeConfig(t, "limits: {agent_key_grace_seconds: 2}\n"))
+		te := newToolEndpoint(t)
+		ga := startGoToolAgent(t, s, "gov") // agent.register
+		if code, body := s.call("POST", "/v1/agents/register", adminKey, map[string]any{"agent_id": "gov", "name": "Gov", "endpoint": ga.srv.URL}); code != http.StatusOK {
+			t.Fatalf("re-register: %d %v", code, body) // agent.update
+		}
+		putTool(t, s, "pay", transferTool(te.URL, "return_to_agent", alwaysApproval)) // tool.put
+		if code, _ := s.call("PUT", "/v1/tools/bad", adminKey, map[string]any{"kind": "nope"}); code != http.StatusBadRequest {
+			t.Fatalf("a bad tool was accepted: %d", code) // refused: no row
+		}
+
+		// A user that exists only through the API.
+		code, created := s.call("POST", "/v1/users/carol/keys", adminKey, nil) // user_key.create
+		if code != http.StatusCreated || !strings.HasPrefix(sv(created, "key"), "usr_") || sv(created, "key_id") == "" || sv(created, "user_id") != "carol" {
+			t.Fatalf("create key: %d %v", code, created)
+		}
+		carolKey := sv(created, "key")
+		code, listed := s.call("GET", "/v1/users/carol/keys", adminKey, nil)
+		if code != http.StatusOK || len(listed["keys"].([]any)) != 1 || strings.Contains(fmt.Sprint(listed), carolKey) {
+			t.Fatalf("list keys: %d %v", code, listed)
+		}
+		if code, _ := s.call("GET", "/v1/agents", carolKey, nil); code != http.StatusOK {
+			t.Fatalf("carol's key over HTTP: %d", code)
+		}
+		if code, _ := s.call("POST", "/v1/users/carol/keys", carolKey, nil); code != http.StatusForbidden {
+			t.Fatalf("a user key managed keys: %d", code)
+		}
+		c := dial(t, s, "carol", carolKey)
+
+		// Two approvals: one decided by carol over WebSocket, one by the admin over HTTP.
+		decide := func(overWS bool) {
+			c.invokeSpec("gov", "", map[string]any{"tool": "pay", "args": map[string]any{"amount": 5, "to": "bob"}})
+			msgs := c.readUntilAll("approval", isType("approval_required"))
+			ap := find(t, msgs, "approval_required", isType("approval_required"))
+			if overWS {
+				c.send(map[string]any{"type": "approval_decision", "request_id": "d", "run_id": sv(ap, "run_id"), "approval_id": sv(ap, "approval_id"), "decision": "approve"})
+			} else if code, body := s.call("POST", "/v1/approvals/"+sv(ap, "approval_id")+":decide", adminKey, map[string]any{"decision": "reject", "reason": "no"}); code != http.StatusOK {
+				t.Fatalf("decide: %d %v", code, body)
+			}
+			if end := c.untilEnd(); end[len(end)-1]["type"] != "done" {
+				t.Fatalf("run ended %v", end[len(end)-1])
+			}
+		}
+		decide(true)  // approval.decide by user:carol
+		decide(false) // approval.decide by admin
+
+		if code, _ := s.call("DELETE", "/v1/tools/pay", adminKey, nil); code != http.StatusOK { // tool.delete
+			t.Fatalf("delete tool: %d", code)
+		}
+		if code, _ := s.call("DELETE", "/v1/tools/pay", adminKey, nil); code != http.StatusNotFound {
+			t.Fatalf("delete tool twice: %d", code) // refused: no row
+		}
+
+		// Rotation: the old key keeps working for the grace period (2 s), then stops.
+		oldKey := ga.key
+		code, rot := s.call("POST", "/v1/agents/register", adminKey, map[string]any{"agent_id": "gov", "endpoint": ga.srv.URL, "rotate_key": true}) // agent.rotate_key
+		newKey := sv(rot, "agent_api_key")
+		if code != http.StatusOK || newKey == "" || newKey == oldKey {
+			t.Fatalf("rotate: %d %v", code, rot)
+		}
+		rotatedAt := time.Now()
+		for _, k := range []string{oldKey, newKey} {
+			if code, _ := s.call("GET", "/v1/agents/gov", k, nil); code != http.StatusOK {
+				t.Fatalf("key right after rotation: %d", code)
+			}
+		}
+		waitFor(t, "the old agent key expires", 10*time.Second, func() bool {
+			code, _ := s.call("GET", "/v1/agents/gov", oldKey, nil)
+			return code == http.StatusUnauthorized
+		})
+		if since := time.Since(rotatedAt); since < 1500*time.Millisecond {
+			t.Fatalf("the old key stopped after %s, before its 2 s grace", since)
+		}
+		if code, _ := s.call("GET", "/v1/agents/gov", newKey, nil); code != http.StatusOK {
+			t.Fatalf("new key: %d", code)
+		}
+
+		keyID := sv(created, "key_id")
+		if code, _ := s.call("DELETE", "/v1/users/carol/keys/"+keyID, adminKey, nil); code != http.StatusOK { // user_key.delete
+			t.Fatalf("delete key: %d", code)
+		}
+		if code, _ := s.call("GET", "/v1/agents", carolKey, nil); code != http.StatusUnauthorized {
+			t.Fatalf("deleted key over HTTP: %d", code)
+		}
+		c2 := dialRaw(t, s)
+		c2.send(map[string]any{"type": "hello", "user_id": "carol", "api_key": carolKey})
+		if m := c2.next(); m["type"] != "error" || m["code"] != "unauthorized" {
+			t.Fatalf("deleted key hello: %v", m)
+		}
+		if code, _ := s.call("DELETE", "/v1/agents/gov", adminKey, nil); code != http.StatusOK { // agent.delete
+			t.Fatalf("delete agent: %d", code)
+		}
+
+		got := auditEntries(t, s, "", 3)
+		var seq []string
+		for i := len(got) - 1; i >= 0; i-- {
+			seq = append(seq, sv(got[i], "actor")+" "+sv(got[i], "action")+" "+sv(got[i], "target"))
+		}
+		want := []string{
+			"admin agent.register gov", "admin agent.update gov", "admin tool.put pay", "admin user_key.create carol",
+			"user:carol approval.decide", "admin approval.decide", "admin tool.delete pay", "admin agent.rotate_key gov",
+			"admin user_key.delete carol", "admin agent.delete gov",
+		}
+		if len(seq) != len(want) {
+			t.Fatalf("audit log:\n%s\nwant:\n%s", strings.Join(seq, "\n"), strings.Join(want, "\n"))
+		}
+		for i := range want {
+			if !strings.HasPrefix(seq[i], want[i]) {
+				t.Fatalf("audit row %d = %q, want %q…\nall:\n%s", i, seq[i], want[i], strings.Join(seq, "\n"))
+			}
+		}
+		if d := obj(got[len(got)-5], "detail"); d["decision"] != "approved" || d["tool_name"] != "pay" {
+			t.Fatalf("WebSocket decision detail: %v", d)
+		}
+		for _, e := range got {
+			if strings.Contains(fmt.Sprint(e), carolKey) || strings.Contains(fmt.Sprint(e), newKey) {
+				t.Fatalf("a key reached the audit log: %v", e)
+			}
+		}
+		if n := len(auditEntries(t, s, "&actor=user:carol", 10)); n != 1 {
+			t.Fatalf("actor filter: %d rows", n)
+		}
+		if n := len(auditEntries(t, s, "&action=tool.put&since=1", 10)); n != 1 {
+			t.Fatalf("action filter: %d rows", n)
+		}
+		if code, body := s.call("GET", "/v1/audit?cursor=zzz", adminKey, nil); code != http.StatusBadRequest {
+			t.Fatalf("bad cursor: %d %v", code, body)
+		}
+		if code, _ := s.call("GET", "/v1/audit", "alice-key", nil); code != http.StatusForbidden {
+			t.Fatalf("a user read the audit log: %d", code)
+		}
+	})
+}
+
+// On PostgreSQL a user key created through one replica works on another at
+// once, and a key deleted through one stops working on the other within the
+// key cache's TTL (5 s).
+func TestUserKeysAcrossReplicas(t *testing.T) {
+	dsn := testdbDSN(t, "postgres")
+	a := startServer(t, dsn, "--instance-id", "keys-a")
+	b := startServer(t, dsn, "--instance-id", "keys-b")
+	code, created := a.call("POST", "/v1/users/dave/keys", adminKey, nil)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %v", code, created)
+	}
+	key := sv(created, "key")
+	dial(t, b, "dave", key)
+	if code, _ := b.call("GET", "/v1/agents", key, nil); code != http.StatusOK {
+		t.Fatalf("on the other replica: %d", code)
+	}
+	if code, _ := a.call("DELETE", "/v1/users/dave/keys/"+sv(created, "key_id"), adminKey, nil); code != http.StatusOK {
+		t.Fatalf("delete: %d", code)
+	}
+	deleted := time.Now()
+	waitFor(t, "the deleted key stops working on the other replica", 10*time.Second, func() bool {
+		code, _ := b.call("GET", "/v1/agents", key, nil)
+		return code == http.StatusUnauthorized
+	})
+	if d := time.Since(deleted); d > 6*time.Second {
+		t.Fatalf("the deleted key kept working for %s", d)
+	}
+}

@@ -1,0 +1,56 @@
+package store
+
+import "encoding/json"
+
+// Governance rows (issue 14, DESIGN §15): the audit log, user keys, rate
+// buckets, per-user connection counts, the run queue and retention.
+
+// AuditEntry is one administrative action. Rows are append-only.
+type AuditEntry struct {
+	AuditID string          `json:"audit_id"`
+	Actor   string          `json:"actor"`
+	Action  string          `json:"action"`
+	Target  string          `json:"target"`
+	TS      int64           `json:"ts"`
+	Detail  json.RawMessage `json:"detail"`
+}
+
+// AuditInsertParams records an action. Empty Detail stores {}.
+type AuditInsertParams struct {
+	AuditID string
+	Actor   string
+	Action  string
+	Target  string
+	TS      int64
+	Detail  json.RawMessage
+}
+
+// AuditListParams pages through the audit log, newest first. Since and
+// Until bound ts (inclusive; 0 = unbounded). A page continues after the
+// entry (BeforeTS, BeforeID): entries strictly older in (ts, audit_id)
+// order.
+type AuditListParams struct {
+	Actor    string
+	Action   string
+	Since    int64
+	Until    int64
+	BeforeTS int64
+	BeforeID string
+	Limit    int
+}
+
+// UserKey is a user's API key managed over the API; only its hash is kept.
+type UserKey struct {
+	KeyID     string `json:"key_id"`
+	UserID    string `json:"user_id"`
+	KeyHash   string `json:"-"`
+	CreatedAt int64  `json:"created_at"`
+}
+
+// AgentKeyGraceParams keeps a replaced agent key valid until ExpiresAt.
+type AgentKeyGraceParams struct {
+	KeyHash   string
+	AgentID   string
+	ExpiresAt int64
+	At        int64
+}
