@@ -71,6 +71,10 @@ type Keys struct {
 
 	mu    sync.Mutex
 	cache map[string]cachedKey // key hash -> principal, for keys found in the store
+
+	// limit, when set, admits one request of a principal (rate limits,
+	// DESIGN §15) or returns the refusal to answer.
+	limit func(ctx context.Context, p Principal) error
 }
 
 type cachedKey struct {
@@ -213,13 +217,27 @@ func (k *Keys) UserByKey(ctx context.Context, userID, key string) (bool, error) 
 	return p.Kind == User && subtle.ConstantTimeCompare([]byte(p.UserID), []byte(userID)) == 1, nil
 }
 
-// Request resolves r's bearer key. A valid key also marks r's connection
-// authenticated, so the connection limits no longer count it as a
-// stranger's (connlimit).
+// SetLimit installs the per-principal rate limit Request and Limit apply
+// (before requests are served).
+func (k *Keys) SetLimit(fn func(ctx context.Context, p Principal) error) { k.limit = fn }
+
+// Limit admits one request or WebSocket command of p under its rate limit,
+// or returns the 429 rate_limited to answer. The admin key is not limited.
+func (k *Keys) Limit(ctx context.Context, p Principal) error {
+	if k.limit == nil || p.Kind == Admin {
+		return nil
+	}
+	return k.limit(ctx, p)
+}
+
+// Request resolves r's bearer key and takes a token of its rate limit. A
+// valid key also marks r's connection authenticated, so the connection
+// limits no longer count it as a stranger's (connlimit).
 func (k *Keys) Request(r *http.Request) (Principal, error) {
 	p, err := k.Resolve(r.Context(), Bearer(r))
-	if err == nil {
-		connlimit.Authenticated(r.Context())
+	if err != nil {
+		return p, err
 	}
-	return p, err
+	connlimit.Authenticated(r.Context())
+	return p, k.Limit(r.Context(), p)
 }

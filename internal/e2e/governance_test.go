@@ -234,3 +234,104 @@ func TestUserKeysAcrossReplicas(t *testing.T) {
 		t.Fatalf("the deleted key kept working for %s", d)
 	}
 }
+
+// Rate limits per user key and per agent key: over HTTP a request past the
+// bucket gets 429 rate_limited with Retry-After (the LLM proxy too); over
+// WebSocket a command past it gets error rate_limited with retry_after and
+// the connection stays open; both recover once the bucket refills. The
+// admin key is not limited.
+func TestRateLimitsAnswerRetryAfterAndRecover(t *testing.T) {
+	eachStore(t, func(t *testing.T, dsn string) {
+		s := startServerEnv(t, dsn, writeConfig(t, `
+limits:
+  user_requests_per_second: 1
+  user_burst: 2
+  agent_requests_per_second: 1
+  agent_burst: 2
+`))
+		agentKey := s.register("rl", "http://127.0.0.1:1")
+		for i := range 5 {
+			if code, _ := s.call("GET", "/v1/agents", adminKey, nil); code != http.StatusOK {
+				t.Fatalf("admin request %d: %d", i, code)
+			}
+		}
+		limited := func(key, method, path string, body []byte) {
+			t.Helper()
+			var code int
+			var hdr http.Header
+			var raw []byte
+			for i := 0; i < 4; i++ {
+				if code, hdr, raw = rawCall(t, s, method, path, key, body); code == http.StatusTooManyRequests {
+					break
+				}
+			}
+			if code != http.StatusTooManyRequests || hdr.Get("Retry-After") != "1" || !strings.Contains(string(raw), `"code":"rate_limited"`) {
+				t.Fatalf("%s %s past the burst: %d Retry-After %q %s", method, path, code, hdr.Get("Retry-After"), raw)
+			}
+			waitFor(t, "the bucket refills", 5*time.Second, func() bool {
+				code, _, _ := rawCall(t, s, method, path, key, body)
+				return code != http.StatusTooManyRequests
+			})
+		}
+		limited("alice-key", "GET", "/v1/agents", nil)
+		limited(agentKey, "GET", "/v1/agents/rl", nil)
+		limited(agentKey, "POST", "/v1/chat/completions", []byte(`{"model":"m","messages":[]}`))
+
+		c := dial(t, s, "alice", "alice-key")
+		var refused map[string]any
+		for i := 0; i < 4 && refused == nil; i++ {
+			c.send(map[string]any{"type": "subscribe", "request_id": fmt.Sprint("s", i), "session_id": "nope", "after_seq": 0})
+			if m := c.nextReply(); m["code"] == "rate_limited" {
+				refused = m
+			} else if m["code"] != "session_not_found" {
+				t.Fatalf("subscribe answered %v", m)
+			}
+		}
+		if refused == nil || num(refused, "retry_after") != 1 || sv(refused, "request_id") == "" {
+			t.Fatalf("no rate_limited reply with retry_after: %v", refused)
+		}
+		waitFor(t, "the connection's commands are admitted again", 5*time.Second, func() bool {
+			c.send(map[string]any{"type": "subscribe", "request_id": "again", "session_id": "nope", "after_seq": 0})
+			return c.nextReply()["code"] == "session_not_found"
+		})
+	})
+}
+
+// On PostgreSQL the limits hold across replicas: a user's burst is shared
+// by the processes (requests through either count against one bucket), and
+// AGENTPLANE_MAX_WS_PER_USER counts the user's connections on every
+// replica; a closed connection frees its place for the other replica.
+func TestLimitsHoldAcrossReplicas(t *testing.T) {
+	dsn := testdbDSN(t, "postgres")
+	cfg := writeConfig(t, "limits: {user_requests_per_second: 0.2, user_burst: 4}\n")
+	env := append(cfg, "AGENTPLANE_MAX_WS_PER_USER=2")
+	a := startServerEnv(t, dsn, env, "--instance-id", "rl-a")
+	b := startServerEnv(t, dsn, env, "--instance-id", "rl-b")
+	ok := 0
+	for i := range 8 {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		if code, _ := s.call("GET", "/v1/agents", "alice-key", nil); code == http.StatusOK {
+			ok++
+		}
+	}
+	if ok > 4 || ok < 3 {
+		t.Fatalf("%d requests admitted across two replicas with a shared burst of 4", ok)
+	}
+
+	c1 := dial(t, a, "bob", "bob-key")
+	dial(t, b, "bob", "bob-key")
+	c3 := dialRaw(t, a)
+	c3.send(map[string]any{"type": "hello", "user_id": "bob", "api_key": "bob-key"})
+	if m := c3.next(); m["type"] != "error" || m["code"] != "too_many_connections" {
+		t.Fatalf("third connection across replicas: %v", m)
+	}
+	c1.conn.Close()
+	waitFor(t, "the closed connection's place is free on the other replica", 10*time.Second, func() bool {
+		c := dialRaw(t, b)
+		c.send(map[string]any{"type": "hello", "user_id": "bob", "api_key": "bob-key"})
+		return c.next()["type"] == "ready"
+	})
+}

@@ -101,6 +101,9 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		defer func() { stopListen(); <-listening }()
 	}
 	keys := auth.New(cfg.AdminKey, userKeys, st)
+	if limit := rateLimits(cfg.File.Limits, st, logger); limit != nil {
+		keys.SetLimit(limit)
+	}
 	httpClient := agent.NewHTTPClient(allow)
 	agentClient := &agent.Client{HTTP: httpClient, FirstByteTimeout: cfg.AgentFirstByteTimeout, IdleTimeout: cfg.AgentIdleTimeout}
 	reg := metrics.New()
@@ -135,9 +138,18 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	if err := st.SessionClientsDeleteInstance(ctx, cfg.InstanceID); err != nil {
 		return fmt.Errorf("drop stale client presence: %w", err)
 	}
+	if err := st.UserConnectionsDeleteInstance(ctx, cfg.InstanceID); err != nil {
+		return fmt.Errorf("drop stale connection counts: %w", err)
+	}
 	wsOpts := ingress.Options{MaxFrameBytes: cfg.MaxFrameBytes, HelloTimeout: cfg.WSHelloTimeout, MaxPerUser: cfg.MaxWSPerUser, Logger: logger, Tools: tools}
+	var userConns *userConnections
 	if shared {
 		wsOpts.Presence = recordPresence(st, cfg.InstanceID)
+		if cfg.MaxWSPerUser > 0 {
+			// The per-user cap holds across replicas (DESIGN §15).
+			userConns = &userConnections{st: st, instanceID: cfg.InstanceID, max: cfg.MaxWSPerUser, log: logger}
+			wsOpts.UserConnections = userConns
+		}
 	}
 	ws := ingress.New(keys, runs, log, wsOpts)
 	tools.SetClientConnected(clientPresence(ws, shared))
@@ -277,6 +289,12 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	}
 	if err := st.SessionClientsDeleteInstance(final, cfg.InstanceID); err != nil {
 		logger.Warn("drop client presence", "err", err)
+	}
+	if userConns != nil {
+		userConns.stopped.Store(true)
+	}
+	if err := st.UserConnectionsDeleteInstance(final, cfg.InstanceID); err != nil {
+		logger.Warn("drop connection counts", "err", err)
 	}
 	prb.Stop()
 	tools.Stop()

@@ -54,3 +54,32 @@ type AgentKeyGraceParams struct {
 	ExpiresAt int64
 	At        int64
 }
+
+// RateTakeParams takes up to Want tokens from the shared token bucket Key
+// (Burst tokens at most, refilled at Rate per second) at At (ms). A bucket
+// seen for the first time starts full.
+type RateTakeParams struct {
+	Key   string
+	Rate  float64
+	Burst float64
+	Want  float64
+	At    int64
+}
+
+// RateTaken is what a take got: Granted whole tokens (0 when the bucket had
+// less than one) and the Tokens left after it.
+type RateTaken struct {
+	Granted float64
+	Tokens  float64
+}
+
+// UserConnectionAdmitParams counts one more WebSocket connection of UserID
+// on InstanceID, unless the user's connections on live processes (heartbeat
+// at or after AliveSince) already reach Max.
+type UserConnectionAdmitParams struct {
+	UserID     string
+	InstanceID string
+	Max        int
+	AliveSince int64
+	At         int64
+}

@@ -161,6 +161,19 @@ type Queries interface {
 	AgentKeyGraceSet(ctx context.Context, p *AgentKeyGraceParams) error
 	AgentKeyGraceGet(ctx context.Context, keyHash string, now int64) (agentID string, expiresAt int64, err error)
 	AgentKeyGraceDelete(ctx context.Context, agentID string) error
+	// RateTake takes tokens from a shared token bucket in one atomic
+	// statement (replicas share rate limits through it);
+	// RateBucketsPrune deletes buckets untouched since before (they are
+	// full again, the same as absent).
+	RateTake(ctx context.Context, p *RateTakeParams) (*RateTaken, error)
+	RateBucketsPrune(ctx context.Context, before int64) (int, error)
+	// WebSocket connections per user across replicas (store.Store: each
+	// runs its own transaction, serialised per user). Admit reports
+	// whether the connection was counted and how many the user holds;
+	// Leave uncounts one; DeleteInstance forgets a process's connections.
+	UserConnectionAdmit(ctx context.Context, p *UserConnectionAdmitParams) (admitted bool, current int, err error)
+	UserConnectionLeave(ctx context.Context, userID, instanceID string) error
+	UserConnectionsDeleteInstance(ctx context.Context, instanceID string) error
 
 	// EventsNotify tells other processes that sessions got events. In a
 	// transaction it is sent only on commit (PostgreSQL NOTIFY); on SQLite,

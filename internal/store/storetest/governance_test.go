@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/agentplane/agentplane/internal/store"
@@ -127,6 +128,125 @@ func TestUserKeysAndAgentKeyGrace(t *testing.T) {
 		}
 		if _, _, err := s.AgentKeyGraceGet(ctx, "newer", 2001); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("deleted agent's grace key: %v", err)
+		}
+	})
+}
+
+// A shared token bucket starts full, grants whole tokens up to what it
+// holds, refills with time, and never grants more than its size to
+// concurrent takers.
+func TestRateTake(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		s := testdb.Open(t, dialect)
+		ctx := context.Background()
+		take := func(key string, want float64, at int64) *store.RateTaken {
+			t.Helper()
+			got, err := s.RateTake(ctx, &store.RateTakeParams{Key: key, Rate: 2, Burst: 5, Want: want, At: at})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		if got := take("k", 3, 1000); got.Granted != 3 || got.Tokens != 2 {
+			t.Fatalf("first take = %+v", got)
+		}
+		if got := take("k", 3, 1000); got.Granted != 2 || got.Tokens != 0 {
+			t.Fatalf("second take = %+v", got)
+		}
+		if got := take("k", 1, 1250); got.Granted != 0 || got.Tokens != 0.5 {
+			t.Fatalf("a quarter second later = %+v (2/s refills half a token)", got)
+		}
+		if got := take("k", 1, 1500); got.Granted != 1 || got.Tokens != 0 {
+			t.Fatalf("half a second later = %+v", got)
+		}
+		// A clock behind the bucket's adds nothing (and does not go back).
+		if got := take("k", 1, 900); got.Granted != 0 {
+			t.Fatalf("an earlier clock = %+v", got)
+		}
+		if got := take("k", 10, 60_000); got.Granted != 5 || got.Tokens != 0 {
+			t.Fatalf("long after = %+v, want capped at the burst", got)
+		}
+		// Concurrent takers share the burst exactly.
+		var mu sync.Mutex
+		total := 0.0
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got, err := s.RateTake(ctx, &store.RateTakeParams{Key: "race", Rate: 0.001, Burst: 7, Want: 1, At: 5000})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				total += got.Granted
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		if total != 7 {
+			t.Fatalf("20 concurrent takers got %v tokens of a bucket of 7", total)
+		}
+		if n, err := s.RateBucketsPrune(ctx, 6000); err != nil || n != 1 {
+			t.Fatalf("prune = %d, %v (the race bucket is idle)", n, err)
+		}
+	})
+}
+
+// WebSocket connections per user: concurrent admissions never exceed the
+// cap, a process's connections stop counting when its heartbeat is stale,
+// and leaving frees a place.
+func TestUserConnectionAdmit(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		s := testdb.Open(t, dialect)
+		ctx := context.Background()
+		for _, in := range []string{"p1", "p2"} {
+			if err := s.InstanceHeartbeat(ctx, in, 1000); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		admitted := 0
+		for i := range 12 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ok, _, err := s.UserConnectionAdmit(ctx, &store.UserConnectionAdmitParams{UserID: "u", InstanceID: []string{"p1", "p2"}[i%2], Max: 5, AliveSince: 500, At: 1000})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					mu.Lock()
+					admitted++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if admitted != 5 {
+			t.Fatalf("admitted %d connections under a cap of 5", admitted)
+		}
+		// p2 goes stale: its connections stop counting for p1.
+		ok, n, err := s.UserConnectionAdmit(ctx, &store.UserConnectionAdmitParams{UserID: "u", InstanceID: "p1", Max: 5, AliveSince: 1001, At: 1002})
+		if err != nil || !ok {
+			t.Fatalf("after p2 went stale: %v %d %v", ok, n, err)
+		}
+		if err := s.UserConnectionLeave(ctx, "u", "p1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.UserConnectionsDeleteInstance(ctx, "p2"); err != nil {
+			t.Fatal(err)
+		}
+		for range 10 {
+			if err := s.UserConnectionLeave(ctx, "u", "p1"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := testdb.Count(t, s, `SELECT COUNT(*) FROM user_connections`); n != 0 {
+			t.Fatalf("%d rows left after every connection left", n)
 		}
 	})
 }
