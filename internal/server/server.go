@@ -110,7 +110,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	reg.CounterFunc("agentplane_events_appended_total", "Events committed to the log by this process.", func() float64 { ev, _ := log.Stats(); return float64(ev) })
 	reg.CounterFunc("agentplane_event_commits_total", "Event log transactions committed by this process (events per commit shows batching).", func() float64 { _, c := log.Stats(); return float64(c) })
 	bridge := newLLMBridge(keys, st, log, logger)
-	tools := toolsvc.New(log, toolsvc.Options{Logger: logger, HTTP: httpClient, Allow: allow, Metrics: reg})
+	tools := toolsvc.New(log, toolsvc.Options{Logger: logger, HTTP: httpClient, Allow: allow, Metrics: reg, InstanceID: cfg.InstanceID, StaleAfter: staleAfter})
 	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce, OnEnd: tools.OnRunEnd, StaleAfter: staleAfter,
 		MaxOutputBytes: cfg.MaxRunOutputBytes, MaxOutputEvents: cfg.MaxRunEvents, MaxTranscriptBytes: cfg.MaxTranscriptBytes})
 	tools.SetRuns(runs)

@@ -20,6 +20,11 @@ type policyRecord struct {
 	Expr      string `json:"expr,omitempty"`
 	Endpoint  string `json:"endpoint,omitempty"`
 	OnFailure string `json:"on_failure"`
+	// ArgsRedacted: the stored args are redacted; the real ones are held
+	// in memory by process ArgsHolder (instance ArgsHeldBy) — redact.go.
+	ArgsRedacted bool   `json:"args_redacted,omitempty"`
+	ArgsHeldBy   string `json:"args_held_by,omitempty"`
+	ArgsHolder   string `json:"args_holder,omitempty"`
 }
 
 func recordOf(c *store.ToolCall) policyRecord {
