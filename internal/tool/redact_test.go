@@ -21,11 +21,11 @@ func TestRedactArgs(t *testing.T) {
 	for in, want := range map[string]string{
 		// Keys keep their order and numbers their spelling; only the named values change.
 		`{"amount":12.50,"card":{"number":"4111 1111","exp":"12/30"},"to":"bob"}`: `{"amount":12.50,"card":{"number":"[redacted]","exp":"12/30"},"to":"bob"}`,
-		`{"cards":[{"cvv":123,"n":1},{"n":2},{"cvv":"999"}]}`:                       `[{"cvv":"[redacted]","n":1},{"n":2},{"cvv":"[redacted]"}]`,
-		`{"token":{"nested":"secret"},"x":1}`:                                       `{"token":"[redacted]","x":1}`,
-		`{"deep":{"a":1,"b":[2]}}`:                                                  `{"deep":{"a":"[redacted]","b":"[redacted]"}}`,
-		`{"card":"not an object","other":1}`:                                        `{"card":"not an object","other":1}`,
-		`{}`:                                                                        `{}`,
+		`{"cards":[{"cvv":123,"n":1},{"n":2},{"cvv":"999"}]}`:                     `[{"cvv":"[redacted]","n":1},{"n":2},{"cvv":"[redacted]"}]`,
+		`{"token":{"nested":"secret"},"x":1}`:                                     `{"token":"[redacted]","x":1}`,
+		`{"deep":{"a":1,"b":[2]}}`:                                                `{"deep":{"a":"[redacted]","b":"[redacted]"}}`,
+		`{"card":"not an object","other":1}`:                                      `{"card":"not an object","other":1}`,
+		`{}`:                                                                      `{}`,
 	} {
 		got, changed := tl.RedactArgs(json.RawMessage(in))
 		if strings.HasPrefix(want, "[") {
