@@ -49,6 +49,7 @@ const (
 	ApprovalDecide = "approval.decide"
 	SessionDelete  = "session.delete" // DELETE /v1/sessions/{id}
 	SessionPurge   = "session.purge"  // the retention sweeper
+	EventsPrune    = "events.prune"   // the retention sweeper, an agent's run-less events
 	UserKeyCreate  = "user_key.create"
 	UserKeyDelete  = "user_key.delete"
 )

@@ -14,6 +14,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	apserver "github.com/agentplane/agentplane/internal/server"
+	"github.com/agentplane/agentplane/internal/store"
+	"github.com/agentplane/agentplane/internal/testdb"
 )
 
 // writeConfig writes a config file for a server and returns the env that
@@ -50,6 +54,17 @@ func auditEntries(t *testing.T, s *server, query string, limit int) []map[string
 			return out
 		}
 		cursor = next
+	}
+}
+
+// replyTo reads until the reply (no seq) to requestID, skipping the events
+// of sessions the connection follows.
+func (c *client) replyTo(requestID string) map[string]any {
+	c.t.Helper()
+	for {
+		if m := c.next(); m["seq"] == nil && m["request_id"] == requestID {
+			return m
+		}
 	}
 }
 
@@ -333,5 +348,119 @@ func TestLimitsHoldAcrossReplicas(t *testing.T) {
 		c := dialRaw(t, b)
 		c.send(map[string]any{"type": "hello", "user_id": "bob", "api_key": "bob-key"})
 		return c.next()["type"] == "ready"
+	})
+}
+
+// tableCounts counts a session's rows per table, through the database.
+func tableCounts(t *testing.T, st store.Store, sessionID string) string {
+	t.Helper()
+	out := ""
+	for _, table := range []string{"sessions", "runs", "events", "messages", "tool_calls", "approvals"} {
+		out += fmt.Sprintf("%s=%d ", table, testdb.Count(t, st, `SELECT COUNT(*) FROM `+table+` WHERE session_id = '`+sessionID+`'`))
+	}
+	return out
+}
+
+// ageSessions moves sessions' timestamps two days back, as if they had
+// been idle that long.
+func ageSessions(t *testing.T, st store.Store, ids ...string) {
+	t.Helper()
+	in := "'" + strings.Join(ids, "','") + "'"
+	const twoDays = 2 * 24 * 3600 * 1000
+	for _, q := range []string{
+		fmt.Sprintf(`UPDATE sessions SET created_at = created_at - %d WHERE session_id IN (%s)`, twoDays, in),
+		fmt.Sprintf(`UPDATE runs SET started_at = started_at - %d, ended_at = ended_at - %d WHERE session_id IN (%s)`, twoDays, twoDays, in),
+		fmt.Sprintf(`UPDATE events SET ts = ts - %d WHERE session_id IN (%s)`, twoDays, in),
+	} {
+		if err := testdb.Exec(t, st, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// DELETE /v1/sessions/{id} removes a session now (409 while a run of it is
+// active, unless force=true, which cancels it first), and the retention
+// sweeper deletes sessions idle past retention.days — every row of them —
+// while a session with an active run, however old, keeps every row. Each
+// deletion is one audit row.
+func TestSessionDeletionAndRetention(t *testing.T) {
+	eachStore(t, func(t *testing.T, dsn string) {
+		s := startServerEnv(t, dsn, writeConfig(t, "retention: {days: 1, sweep_interval: 1s}\n"))
+		ga := startGoToolAgent(t, s, "ret")
+		c := dial(t, s, "alice", "alice-key")
+		finished := func() string {
+			t.Helper()
+			started := c.invokeSpec("ret", "", map[string]any{})
+			if end := c.untilEnd(); end[len(end)-1]["type"] != "done" {
+				t.Fatalf("run ended %v", end[len(end)-1])
+			}
+			return sv(started, "session_id")
+		}
+		held := func() (sessionID, runID string) {
+			t.Helper()
+			started := c.invokeSpec("ret", "", map[string]any{"hold": true})
+			ga.held(t)
+			return sv(started, "session_id"), sv(started, "run_id")
+		}
+		oldA, oldB, deleted := finished(), finished(), finished()
+		busy, busyRun := held()
+
+		code, body := s.call("DELETE", "/v1/sessions/"+deleted, adminKey, nil)
+		if code != http.StatusOK || num(obj(body, "deleted"), "runs") != 1 || num(obj(body, "deleted"), "events") < 3 {
+			t.Fatalf("delete: %d %v", code, body)
+		}
+		if code, _ := s.call("GET", "/v1/sessions/"+deleted+"/events", adminKey, nil); code != http.StatusNotFound {
+			t.Fatalf("a deleted session's events: %d", code)
+		}
+		if code, body := s.call("DELETE", "/v1/sessions/"+busy, adminKey, nil); code != http.StatusConflict || sv(obj(body, "error"), "code") != "session_busy" {
+			t.Fatalf("delete a busy session: %d %v", code, body)
+		}
+		if code, _ := s.call("DELETE", "/v1/sessions/nope", adminKey, nil); code != http.StatusNotFound {
+			t.Fatalf("delete no session: %d", code)
+		}
+		if code, _ := s.call("DELETE", "/v1/sessions/"+oldA, "alice-key", nil); code != http.StatusForbidden {
+			t.Fatalf("a user deleted a session: %d", code)
+		}
+		// The id stays deleted: a client still following it must not be
+		// handed a new conversation under it.
+		c.send(map[string]any{"type": "agent_invoke", "request_id": "again", "session_id": deleted, "agent_id": "ret", "message": map[string]any{"role": "user", "content": "{}"}})
+		if m := c.replyTo("again"); m["type"] != "error" || m["code"] != "session_not_found" {
+			t.Fatalf("invoke in a deleted session's id: %v", m)
+		}
+
+		forced, _ := held()
+		code, body = s.call("DELETE", "/v1/sessions/"+forced+"?force=true", adminKey, nil)
+		if code != http.StatusOK || len(body["cancelled_runs"].([]any)) != 1 {
+			t.Fatalf("forced delete: %d %v", code, body)
+		}
+
+		st, err := apserver.OpenStore(ctxTimeout(t, 30*time.Second), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		busyBefore := tableCounts(t, st, busy)
+		ageSessions(t, st, oldA, oldB, busy)
+		waitFor(t, "the sweeper deletes the idle sessions", 20*time.Second, func() bool {
+			return tableCounts(t, st, oldA) == "sessions=0 runs=0 events=0 messages=0 tool_calls=0 approvals=0 " &&
+				tableCounts(t, st, oldB) == "sessions=0 runs=0 events=0 messages=0 tool_calls=0 approvals=0 "
+		})
+		if got := tableCounts(t, st, busy); got != busyBefore {
+			t.Fatalf("the session with an active run went from %s to %s", busyBefore, got)
+		}
+		if runStatus(t, s, busyRun) != "RUNNING" {
+			t.Fatalf("the active run is %s", runStatus(t, s, busyRun))
+		}
+		ga.releaseAll()
+		waitRunEnded(t, s, busyRun)
+
+		purged := auditEntries(t, s, "&action=session.purge", 100)
+		if len(purged) != 2 || sv(purged[0], "actor") != "retention" {
+			t.Fatalf("retention audit rows: %v", purged)
+		}
+		dels := auditEntries(t, s, "&action=session.delete", 100)
+		if len(dels) != 2 || sv(dels[0], "target") != forced || obj(dels[0], "detail")["force"] != true || sv(dels[1], "target") != deleted {
+			t.Fatalf("delete audit rows: %v", dels)
+		}
 	})
 }

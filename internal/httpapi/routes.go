@@ -14,6 +14,7 @@ import (
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/respond"
+	"github.com/agentplane/agentplane/internal/retention"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/toolsvc"
@@ -35,6 +36,8 @@ type API struct {
 	Logger  *slog.Logger
 	Metrics *metrics.Registry
 	Tools   *toolsvc.Service
+	// Retention deletes sessions (DELETE /v1/sessions/{id}).
+	Retention *retention.Sweeper
 	// AgentKeyGrace keeps an agent's previous key valid this long after
 	// rotate_key (limits.agent_key_grace_seconds; 0: none).
 	AgentKeyGrace time.Duration
@@ -75,6 +78,7 @@ func (a *API) Routes(mux *http.ServeMux) {
 
 	// Governance (DESIGN §15).
 	mux.HandleFunc("GET /v1/audit", a.auditList)
+	mux.HandleFunc("DELETE /v1/sessions/{session_id}", a.sessionDelete)
 	mux.HandleFunc("POST /v1/users/{user_id}/keys", a.userKeyCreate)
 	mux.HandleFunc("GET /v1/users/{user_id}/keys", a.userKeyList)
 	mux.HandleFunc("DELETE /v1/users/{user_id}/keys/{key_id}", a.userKeyDelete)

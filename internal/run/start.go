@@ -106,6 +106,14 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		case sess.UserID != p.UserID:
 			return nil, ErrSessionDenied
 		}
+		// A session being deleted takes no new run; asked under the
+		// session's row lock, which the deletion's decision takes too
+		// (retention, DESIGN §15).
+		if purging, err := tx.SessionPurging(ctx, sessionID); err != nil {
+			return nil, err
+		} else if purging {
+			return nil, ErrSessionNotFound
+		}
 		run, err = tx.RunInsert(ctx, &store.RunInsertParams{RunID: runID, SessionID: sessionID, AgentID: ag.AgentID, UserID: p.UserID, Owner: m.opts.InstanceID, StartedAt: now})
 		if errors.Is(err, store.ErrConflict) {
 			return nil, ErrSessionBusy

@@ -31,6 +31,7 @@ import (
 	"github.com/agentplane/agentplane/internal/ingress"
 	"github.com/agentplane/agentplane/internal/llmproxy"
 	"github.com/agentplane/agentplane/internal/metrics"
+	"github.com/agentplane/agentplane/internal/retention"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/store/postgres"
@@ -126,9 +127,16 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	if err := loadConfigTools(cfgCtx, tools, &cfg.File.Tools); err != nil {
 		return err
 	}
+	// Retention (DESIGN §15): the sweeper also finishes deletions cut short,
+	// so it runs even with no retention period set.
+	rc := cfg.File.Retention
+	sweeper := retention.New(st, retention.Options{Days: rc.Days, Agents: rc.Agents, Interval: rc.SweepInterval, BatchSize: rc.BatchSize,
+		Owner: cfg.InstanceID, Logger: logger, AgentSessionPrefix: run.AgentSessionPrefix})
+	sweeper.Start()
+	defer sweeper.Stop()
 	var shuttingDown atomic.Bool
 	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Tools: tools, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() },
-		AgentKeyGrace: time.Duration(cfg.File.Limits.AgentKeyGraceSeconds) * time.Second}
+		AgentKeyGrace: time.Duration(cfg.File.Limits.AgentKeyGraceSeconds) * time.Second, Retention: sweeper}
 	// Client presence across replicas (DESIGN §8): with a shared database
 	// the ingress records which sessions it has connections for, and a
 	// client tool dispatched by any replica asks those rows. On SQLite one

@@ -83,3 +83,49 @@ type UserConnectionAdmitParams struct {
 	AliveSince int64
 	At         int64
 }
+
+// SessionActivity is what retention needs to know of a session.
+type SessionActivity struct {
+	SessionID string
+	CreatedAt int64
+	// LastActivity is the latest of its creation, its runs' starts and
+	// ends, and its last event.
+	LastActivity int64
+	// Active: a run of it has not ended (running, paused or queued).
+	Active bool
+	// Agents are the agents of its runs.
+	Agents []string
+}
+
+// SessionListByAgeParams pages through sessions created before Before, by
+// (created_at, session_id), after the given position.
+type SessionListByAgeParams struct {
+	Before       int64
+	AfterCreated int64
+	AfterID      string
+	Limit        int
+}
+
+// SessionPurgeBeginParams decides to delete a session: in one transaction
+// holding the session's row, it checks that no run of it is active or
+// queued and, when IdleBefore is set, that its last activity is older, and
+// records the purge. ErrNotFound: no such session; ErrConflict: a run is
+// active, or it was active since IdleBefore, or another purge holds it.
+type SessionPurgeBeginParams struct {
+	SessionID  string
+	IdleBefore int64
+	Owner      string
+	Reason     string
+	At         int64
+}
+
+// SessionPurgeCounts are the rows a purge deleted, by table.
+type SessionPurgeCounts map[string]int64
+
+// SessionPurge is a purge under way (session_purges).
+type SessionPurge struct {
+	SessionID string
+	Owner     string
+	StartedAt int64
+	Reason    string
+}

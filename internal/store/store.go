@@ -174,6 +174,34 @@ type Queries interface {
 	UserConnectionAdmit(ctx context.Context, p *UserConnectionAdmitParams) (admitted bool, current int, err error)
 	UserConnectionLeave(ctx context.Context, userID, instanceID string) error
 	UserConnectionsDeleteInstance(ctx context.Context, instanceID string) error
+	// Retention (store.Store: each batch is its own short statement, so a
+	// purge never holds SQLite's writer long). SessionListByAge pages
+	// through old sessions; SessionActivityGet says whether one may go.
+	// SessionPurgeBegin decides (see its params); SessionPurgeBatch deletes
+	// up to limit rows of one of the session's tables per statement, table
+	// after table, and reports done when nothing is left but the session
+	// row; SessionPurgeFinish deletes that row and keeps the purge record
+	// as a tombstone (in the caller's transaction, with its audit row).
+	// SessionPurging reports, under the session row's lock (PostgreSQL),
+	// whether a purge holds the id or its tombstone does: a run's start
+	// asks. SessionTombstonesPrune frees ids deleted before before.
+	// SessionPurgesStale lists purges whose owner went quiet before
+	// staleBefore; SessionPurgeClaim takes one over.
+	SessionListByAge(ctx context.Context, p *SessionListByAgeParams) ([]*Session, error)
+	SessionActivityGet(ctx context.Context, sessionID string) (*SessionActivity, error)
+	SessionPurgeBegin(ctx context.Context, p *SessionPurgeBeginParams) error
+	SessionPurgeBatch(ctx context.Context, sessionID string, limit int) (SessionPurgeCounts, bool, error)
+	SessionPurgeFinish(ctx context.Context, sessionID string, at int64) error
+	SessionTombstonesPrune(ctx context.Context, before int64) (int, error)
+	SessionPurging(ctx context.Context, sessionID string) (bool, error)
+	SessionPurgesStale(ctx context.Context, staleBefore int64, limit int) ([]*SessionPurge, error)
+	SessionPurgeClaim(ctx context.Context, cur *SessionPurge, owner string, at int64) error
+	// EventsDeleteBefore deletes, oldest first, up to limit events of a
+	// session with seq up to the last one stamped before ts (a prefix, so
+	// what remains has no gaps); it returns how many went.
+	EventsDeleteBefore(ctx context.Context, sessionID string, ts int64, limit int) (int, error)
+	// SessionActiveRuns lists a session's runs that have not ended.
+	SessionActiveRuns(ctx context.Context, sessionID string) ([]*Run, error)
 
 	// EventsNotify tells other processes that sessions got events. In a
 	// transaction it is sent only on commit (PostgreSQL NOTIFY); on SQLite,
