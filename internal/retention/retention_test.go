@@ -75,7 +75,7 @@ func TestSweepDeletesOnlyExpiredSessions(t *testing.T) {
 		young := session(t, s, "a", ms(10, now), false)
 		activeOld := session(t, s, "a", ms(90, now), true)
 		keptLonger := session(t, s, "keeper", ms(40, now), false) // keeper: 60 days
-		goneSooner := session(t, s, "brief", ms(5, now), false)  // brief: 3 days
+		goneSooner := session(t, s, "brief", ms(5, now), false)   // brief: 3 days
 		before := counts(t, s)
 		if before != "sessions=5 runs=5 events=35 messages=5 " {
 			t.Fatalf("before: %s", before)
