@@ -108,3 +108,25 @@ func TestSharedBucketHoldsAcrossProcesses(t *testing.T) {
 		}
 	})
 }
+
+// The hot path: a key with tokens, in memory (SQLite) or leased from the
+// shared bucket (PostgreSQL), the rate high enough never to refuse.
+func BenchmarkAllow(b *testing.B) {
+	for _, dialect := range testdb.Dialects {
+		b.Run(dialect, func(b *testing.B) {
+			opts := Options{}
+			if dialect == "postgres" {
+				opts.Shared = testdb.Open(b, dialect)
+			}
+			l := New(Limit{Rate: 1e9, Burst: 1e9}, opts)
+			ctx := context.Background()
+			l.Allow(ctx, "user:bench")
+			b.ResetTimer()
+			for range b.N {
+				if ok, _ := l.Allow(ctx, "user:bench"); !ok {
+					b.Fatal("refused")
+				}
+			}
+		})
+	}
+}
