@@ -39,7 +39,9 @@ type InvokeRequest struct {
 	SessionID   string
 	RunID       string
 	ParentRunID string // empty for a root run
-	UserID      string
+	// Depth is 0 for a root run, the parent's depth plus one for a child.
+	Depth  int
+	UserID string
 	// Traceparent is the W3C trace context header; empty or malformed means
 	// Invoke sends a fresh one (see NewTraceparent).
 	Traceparent  string
@@ -114,6 +116,7 @@ type invokeBody struct {
 	SessionID    string        `json:"session_id"`
 	RunID        string        `json:"run_id"`
 	ParentRunID  string        `json:"parent_run_id,omitempty"`
+	Depth        int           `json:"depth"`
 	InputMessage Message       `json:"input_message"`
 	Messages     []Message     `json:"messages"`
 	Context      invokeContext `json:"context"`
@@ -145,6 +148,7 @@ func (c *Client) Invoke(ctx context.Context, endpoint string, req InvokeRequest,
 		SessionID:    req.SessionID,
 		RunID:        req.RunID,
 		ParentRunID:  req.ParentRunID,
+		Depth:        req.Depth,
 		InputMessage: req.InputMessage,
 		Messages:     msgs,
 		Context:      invokeContext{UserID: req.UserID},

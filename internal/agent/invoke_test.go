@@ -165,7 +165,7 @@ func TestInvokeSendsHeadersAndBody(t *testing.T) {
 		}
 	}
 	wantBody := map[string]any{
-		"agent_id": "agent_a", "session_id": "ses_1", "run_id": "run_1",
+		"agent_id": "agent_a", "session_id": "ses_1", "run_id": "run_1", "depth": float64(0),
 		"input_message": map[string]any{"role": "user", "content": "hello"},
 		"messages":      []any{},
 		"context":       map[string]any{"user_id": "user_1"},
@@ -178,6 +178,7 @@ func TestInvokeSendsHeadersAndBody(t *testing.T) {
 	req := testReq
 	req.Traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	req.ParentRunID = "run_0"
+	req.Depth = 2
 	req.Messages = []Message{{Role: "user", Content: "earlier"}, {Role: "assistant", Content: "reply"}}
 	if _, err := c.Invoke(t.Context(), srv.URL, req, collect(new([]StreamEvent))); err != nil {
 		t.Fatal(err)
@@ -186,8 +187,8 @@ func TestInvokeSendsHeadersAndBody(t *testing.T) {
 	if v := g.header.Get("traceparent"); v != req.Traceparent {
 		t.Errorf("traceparent = %q, want %q", v, req.Traceparent)
 	}
-	if g.body["parent_run_id"] != "run_0" {
-		t.Errorf("parent_run_id = %v", g.body["parent_run_id"])
+	if g.body["parent_run_id"] != "run_0" || g.body["depth"] != float64(2) {
+		t.Errorf("parent_run_id = %v, depth = %v", g.body["parent_run_id"], g.body["depth"])
 	}
 	if msgs, _ := g.body["messages"].([]any); len(msgs) != 2 {
 		t.Errorf("messages = %v", g.body["messages"])

@@ -59,6 +59,9 @@ type Config struct {
 	MaxWSPerUser                  int           // WebSocket connections per user key, per process
 	BodyReadTimeout               time.Duration // time to receive a request body (not streams)
 	WSHelloTimeout                time.Duration // time for a WebSocket client's valid hello
+	// MaxCallDepth refuses agent-to-agent calls that would run deeper than
+	// this (DESIGN §11); 0 = unlimited, seed 002's decision.
+	MaxCallDepth int
 
 	File File // the YAML file, if any
 }
@@ -72,6 +75,9 @@ type File struct {
 	// Governance (DESIGN §15; governance.go).
 	Limits    Limits    `yaml:"limits"`
 	Retention Retention `yaml:"retention"`
+	// MCPServers are MCP servers used as tool sources (DESIGN §13), with
+	// the fields of PUT /v1/mcp_servers/{name} plus name.
+	MCPServers yaml.Node `yaml:"mcp_servers"`
 }
 
 // AgentSpec declares an agent to register at start. Its key is printed
@@ -79,9 +85,11 @@ type File struct {
 type AgentSpec struct {
 	AgentID      string   `yaml:"agent_id"`
 	Name         string   `yaml:"name"`
+	Description  string   `yaml:"description"`
 	Endpoint     string   `yaml:"endpoint"`
 	Capabilities []string `yaml:"capabilities"`
 	LinkedAgents []string `yaml:"linked_agents"`
+	SubAgentEcho string   `yaml:"sub_agent_echo"`
 }
 
 // Roles accepted by --role.
@@ -138,6 +146,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	fs.IntVar(&c.MaxWSPerUser, "max-ws-per-user", envInt("AGENTPLANE_MAX_WS_PER_USER", 64), "WebSocket connections one user key may hold open on this process; 0 = no cap (AGENTPLANE_MAX_WS_PER_USER)")
 	fs.DurationVar(&c.BodyReadTimeout, "body-read-timeout", 30*time.Second, "time a client has to send a request body (streams are not cut)")
 	fs.DurationVar(&c.WSHelloTimeout, "ws-hello-timeout", 10*time.Second, "time a WebSocket client has to say a valid hello")
+	fs.IntVar(&c.MaxCallDepth, "max-call-depth", envInt("AGENTPLANE_MAX_CALL_DEPTH", 0), "deepest child run an agent-to-agent call may start; 0 = unlimited (AGENTPLANE_MAX_CALL_DEPTH)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -216,6 +225,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxRunEvents < 1 {
 		errs = append(errs, errors.New("AGENTPLANE_MAX_RUN_EVENTS must be at least 1"))
+	}
+	if c.MaxCallDepth < 0 {
+		errs = append(errs, errors.New("AGENTPLANE_MAX_CALL_DEPTH must be 0 (unlimited) or more"))
 	}
 	if c.MaxTranscriptBytes < 1024 {
 		errs = append(errs, errors.New("AGENTPLANE_MAX_TRANSCRIPT_BYTES must be at least 1024"))

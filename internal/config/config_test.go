@@ -249,3 +249,25 @@ retention:
 		}
 	}
 }
+
+// AGENTPLANE_MAX_CALL_DEPTH (issue 9): 0 = unlimited by default, env and
+// flag, negative refused.
+func TestMaxCallDepth(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil || c.MaxCallDepth != 0 {
+		t.Fatalf("default = %d, %v", c.MaxCallDepth, err)
+	}
+	c, err = Load(nil, env(map[string]string{"AGENTPLANE_MAX_CALL_DEPTH": "3"}), io.Discard)
+	if err != nil || c.MaxCallDepth != 3 {
+		t.Fatalf("env = %d, %v", c.MaxCallDepth, err)
+	}
+	c, err = Load([]string{"--max-call-depth", "2"}, env(map[string]string{"AGENTPLANE_MAX_CALL_DEPTH": "3"}), io.Discard)
+	if err != nil || c.MaxCallDepth != 2 {
+		t.Fatalf("flag over env = %d, %v", c.MaxCallDepth, err)
+	}
+	for _, bad := range []string{"-1", "deep"} {
+		if _, err := Load(nil, env(map[string]string{"AGENTPLANE_MAX_CALL_DEPTH": bad}), io.Discard); err == nil || !strings.Contains(err.Error(), "AGENTPLANE_MAX_CALL_DEPTH") {
+			t.Fatalf("%q: err = %v", bad, err)
+		}
+	}
+}

@@ -68,8 +68,8 @@ func (c *client) replyTo(requestID string) map[string]any {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+// waitWithin polls cond until it holds or the deadline passes.
+func waitWithin(t *testing.T, what string, within time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
@@ -153,7 +153,7 @@ func TestAdminActionsAreAuditedAndKeysManagedOverTheAPI(t *testing.T) {
 				t.Fatalf("key right after rotation: %d", code)
 			}
 		}
-		waitFor(t, "the old agent key expires", 10*time.Second, func() bool {
+		waitWithin(t, "the old agent key expires", 10*time.Second, func() bool {
 			code, _ := s.call("GET", "/v1/agents/gov", oldKey, nil)
 			return code == http.StatusUnauthorized
 		})
@@ -241,7 +241,7 @@ func TestUserKeysAcrossReplicas(t *testing.T) {
 		t.Fatalf("delete: %d", code)
 	}
 	deleted := time.Now()
-	waitFor(t, "the deleted key stops working on the other replica", 10*time.Second, func() bool {
+	waitWithin(t, "the deleted key stops working on the other replica", 10*time.Second, func() bool {
 		code, _ := b.call("GET", "/v1/agents", key, nil)
 		return code == http.StatusUnauthorized
 	})
@@ -283,7 +283,7 @@ limits:
 			if code != http.StatusTooManyRequests || hdr.Get("Retry-After") != "1" || !strings.Contains(string(raw), `"code":"rate_limited"`) {
 				t.Fatalf("%s %s past the burst: %d Retry-After %q %s", method, path, code, hdr.Get("Retry-After"), raw)
 			}
-			waitFor(t, "the bucket refills", 5*time.Second, func() bool {
+			waitWithin(t, "the bucket refills", 5*time.Second, func() bool {
 				code, _, _ := rawCall(t, s, method, path, key, body)
 				return code != http.StatusTooManyRequests
 			})
@@ -305,7 +305,7 @@ limits:
 		if refused == nil || num(refused, "retry_after") != 1 || sv(refused, "request_id") == "" {
 			t.Fatalf("no rate_limited reply with retry_after: %v", refused)
 		}
-		waitFor(t, "the connection's commands are admitted again", 5*time.Second, func() bool {
+		waitWithin(t, "the connection's commands are admitted again", 5*time.Second, func() bool {
 			c.send(map[string]any{"type": "subscribe", "request_id": "again", "session_id": "nope", "after_seq": 0})
 			return c.nextReply()["code"] == "session_not_found"
 		})
@@ -344,7 +344,7 @@ func TestLimitsHoldAcrossReplicas(t *testing.T) {
 		t.Fatalf("third connection across replicas: %v", m)
 	}
 	c1.conn.Close()
-	waitFor(t, "the closed connection's place is free on the other replica", 10*time.Second, func() bool {
+	waitWithin(t, "the closed connection's place is free on the other replica", 10*time.Second, func() bool {
 		c := dialRaw(t, b)
 		c.send(map[string]any{"type": "hello", "user_id": "bob", "api_key": "bob-key"})
 		return c.next()["type"] == "ready"
@@ -441,7 +441,7 @@ func TestSessionDeletionAndRetention(t *testing.T) {
 		defer st.Close()
 		busyBefore := tableCounts(t, st, busy)
 		ageSessions(t, st, oldA, oldB, busy)
-		waitFor(t, "the sweeper deletes the idle sessions", 20*time.Second, func() bool {
+		waitWithin(t, "the sweeper deletes the idle sessions", 20*time.Second, func() bool {
 			return tableCounts(t, st, oldA) == "sessions=0 runs=0 events=0 messages=0 tool_calls=0 approvals=0 " &&
 				tableCounts(t, st, oldB) == "sessions=0 runs=0 events=0 messages=0 tool_calls=0 approvals=0 "
 		})

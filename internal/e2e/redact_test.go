@@ -241,7 +241,7 @@ func TestRedactedCallsAcrossReplicas(t *testing.T) {
 	waitState := func(callID, state string) map[string]any {
 		t.Helper()
 		var v map[string]any
-		waitFor(t, "tool call "+callID+" "+state, 30*time.Second, func() bool {
+		waitWithin(t, "tool call "+callID+" "+state, 30*time.Second, func() bool {
 			v = toolCall(t, b, callID)
 			return sv(v, "state") == state
 		})

@@ -27,7 +27,25 @@ const (
 	TypeToolDispatched   = "tool_dispatched"   // {tool_call_id, tool_name, kind, attempt, deadline_at}
 	TypeToolRequest      = "tool_request"      // {tool_call_id, tool_name, args, deadline_ts}
 	TypeToolResult       = "tool_result"       // {tool_call_id, tool_name, state, status, result?, error?, duration_ms, exec_ms}
+	TypeToolProgress     = "tool_progress"     // {tool_call_id, tool_name, progress, total?, message?} (an MCP server's progress)
 )
+
+// Multi-agent events (issue 9, DESIGN §11). agent_called_child is logged
+// on the calling run and is trace only; the sub_agent_* events are logged
+// on the child run (with its parent_run_id) and reach the session's
+// clients in place of the child's raw run_started, deltas and end.
+const (
+	TypeAgentCalledChild  = "agent_called_child"   // {child_run_id, agent_id, depth, tool_call_id?, idempotency_key?}
+	TypeSubAgentCallStart = "sub_agent_call_start" // {agent_id, input_summary, depth, tool_call_id?}
+	TypeSubAgentPartial   = "sub_agent_partial"    // {text}
+	TypeSubAgentComplete  = "sub_agent_complete"   // {agent_id, output, usage, duration_ms}
+	TypeSubAgentError     = "sub_agent_error"      // {agent_id, code, message, duration_ms}
+)
+
+// IsRunEnd reports whether typ is a run's terminal event.
+func IsRunEnd(typ string) bool {
+	return typ == TypeRunDone || typ == TypeRunFailed || typ == TypeRunCancelled
+}
 
 // Sources of a state event (and of run_cancelled, which clients receive as
 // a state). The platform's run states and an agent's own states share the

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/audit"
@@ -23,11 +25,19 @@ var agentIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$`)
 type RegisterRequest struct {
 	AgentID      string   `json:"agent_id"`
 	Name         string   `json:"name"`
+	Description  string   `json:"description"`
 	Endpoint     string   `json:"endpoint"`
 	Capabilities []string `json:"capabilities"`
 	LinkedAgents []string `json:"linked_agents"`
-	RotateKey    bool     `json:"rotate_key"`
+	// SubAgentEcho is how the agent's deltas reach the session's clients
+	// when it runs as a child: aggregate (default), passthrough or off.
+	SubAgentEcho string `json:"sub_agent_echo"`
+	RotateKey    bool   `json:"rotate_key"`
 }
+
+// MaxAgentDescription bounds an agent's description, in bytes: it is sent
+// to models with the call_<agent> tool (DESIGN §11).
+const MaxAgentDescription = 4096
 
 // RegisterResponse answers a registration. AgentAPIKey is set only when a
 // key was issued (first registration or rotate_key).
@@ -81,6 +91,14 @@ func (a *API) Register(ctx context.Context, req *RegisterRequest) (*RegisterResp
 			return nil, respond.E(http.StatusBadRequest, "invalid_linked_agents", "linked_agents must be agent ids")
 		}
 	}
+	if len(req.Description) > MaxAgentDescription || !utf8.ValidString(req.Description) {
+		return nil, respond.E(http.StatusBadRequest, "invalid_description", fmt.Sprintf("description must be valid UTF-8 of at most %d bytes", MaxAgentDescription))
+	}
+	switch req.SubAgentEcho {
+	case "", store.EchoAggregate, store.EchoPassthrough, store.EchoOff:
+	default:
+		return nil, respond.E(http.StatusBadRequest, "invalid_sub_agent_echo", `sub_agent_echo must be "aggregate", "passthrough" or "off"`)
+	}
 	if req.Name == "" {
 		req.Name = req.AgentID
 	}
@@ -112,8 +130,8 @@ func (a *API) Register(ctx context.Context, req *RegisterRequest) (*RegisterResp
 			}
 		}
 		if ag, err = tx.AgentUpsert(ctx, &store.AgentUpsertParams{
-			AgentID: req.AgentID, Name: req.Name, Endpoint: endpoint,
-			Capabilities: caps, LinkedAgents: linked, KeyHash: hash, At: now,
+			AgentID: req.AgentID, Name: req.Name, Description: req.Description, Endpoint: endpoint,
+			Capabilities: caps, LinkedAgents: linked, SubAgentEcho: req.SubAgentEcho, KeyHash: hash, At: now,
 		}); err != nil {
 			return err
 		}
@@ -124,8 +142,8 @@ func (a *API) Register(ctx context.Context, req *RegisterRequest) (*RegisterResp
 			action = audit.AgentRotateKey
 		default:
 			action = audit.AgentUpdate
-			if audit.ActorFrom(ctx) == audit.Config && prev.Name == ag.Name && prev.Endpoint == ag.Endpoint &&
-				string(prev.Capabilities) == string(ag.Capabilities) && string(prev.LinkedAgents) == string(ag.LinkedAgents) {
+			if audit.ActorFrom(ctx) == audit.Config && prev.Name == ag.Name && prev.Endpoint == ag.Endpoint && prev.Description == ag.Description &&
+				prev.SubAgentEcho == ag.SubAgentEcho && string(prev.Capabilities) == string(ag.Capabilities) && string(prev.LinkedAgents) == string(ag.LinkedAgents) {
 				return nil // the config file applied again at a start: nothing changed
 			}
 		}
@@ -152,17 +170,36 @@ func nonNil(s []string) []string {
 }
 
 // agentList is open to every key: clients pick an agent from it; nothing
-// secret is in an agent row.
+// secret is in an agent row. Paged by agent id (limit, cursor →
+// next_cursor).
 func (a *API) agentList(w http.ResponseWriter, r *http.Request) {
 	if _, ok := a.principal(w, r); !ok {
 		return
 	}
-	list, err := a.St.AgentList(r.Context())
+	limit, err := limitParam(r, 1000, 1000)
+	var c *cursor
+	if err == nil {
+		c, err = decodeCursor(r, "agents")
+	}
 	if err != nil {
 		respond.Err(w, r, err)
 		return
 	}
-	respond.JSON(w, http.StatusOK, map[string]any{"agents": list})
+	after := ""
+	if c != nil {
+		after = c.ID
+	}
+	list, err := a.St.AgentListPage(r.Context(), after, limit+1)
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	next := ""
+	if len(list) > limit {
+		list = list[:limit]
+		next = encodeCursor("agents", 0, list[limit-1].AgentID)
+	}
+	respond.JSON(w, http.StatusOK, map[string]any{"agents": list, "next_cursor": next})
 }
 
 func (a *API) agentGet(w http.ResponseWriter, r *http.Request) {
@@ -206,9 +243,14 @@ func (a *API) agentDelete(w http.ResponseWriter, r *http.Request) {
 	respond.JSON(w, http.StatusOK, map[string]any{"ok": true, "agent_id": id})
 }
 
-// agentVerb serves POST /v1/agents/{agent_id}:heartbeat.
+// agentVerb serves POST /v1/agents/{agent_id}:heartbeat and
+// POST /v1/agents/{agent_id}:invoke (an agent calling another, invoke.go).
 func (a *API) agentVerb(w http.ResponseWriter, r *http.Request) {
 	id, verb, ok := splitVerb(r.PathValue("verb"))
+	if ok && verb == "invoke" {
+		a.agentInvoke(w, r, id)
+		return
+	}
 	if !ok || verb != "heartbeat" {
 		respond.Err(w, r, respond.E(http.StatusNotFound, "not_found", "unknown agent operation"))
 		return

@@ -65,11 +65,18 @@ func (a *API) messageAppend(w http.ResponseWriter, r *http.Request) {
 		respond.Err(w, r, respond.E(http.StatusBadRequest, "invalid_message", "role must be user|assistant|system|tool and content a string"))
 		return
 	}
-	runID := ""
+	mp := &store.MessageAppendParams{MessageID: ids.New("msg"), SessionID: id, Role: body.Role, Content: *body.Content, CreatedAt: time.Now().UnixMilli()}
 	if p.Kind == auth.Agent {
-		runID = r.Header.Get("x-run-id")
+		// The agent's run (sessionAccess checked it is its own, in this
+		// session): the row says whose turn it is, a child's included.
+		rn, err := a.callerRun(r, p)
+		if err != nil {
+			respond.Err(w, r, err)
+			return
+		}
+		mp.RunID, mp.AgentID, mp.ParentRunID = rn.RunID, rn.AgentID, rn.ParentRunID
 	}
-	m, err := a.St.MessageAppend(r.Context(), &store.MessageAppendParams{MessageID: ids.New("msg"), SessionID: id, RunID: runID, Role: body.Role, Content: *body.Content, CreatedAt: time.Now().UnixMilli()})
+	m, err := a.St.MessageAppend(r.Context(), mp)
 	if err != nil {
 		respond.Err(w, r, err)
 		return

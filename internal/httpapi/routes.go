@@ -7,11 +7,13 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/mcpclient"
 	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/retention"
@@ -41,6 +43,12 @@ type API struct {
 	// AgentKeyGrace keeps an agent's previous key valid this long after
 	// rotate_key (limits.agent_key_grace_seconds; 0: none).
 	AgentKeyGrace time.Duration
+	MCP           *mcpclient.Manager
+	// Closing, when set, is done once the server shuts down: long-lived
+	// streams (events?follow=1) end then instead of holding the shutdown.
+	Closing context.Context
+
+	streams atomic.Int64 // open follow streams
 }
 
 // Routes registers every management route on mux.
@@ -53,9 +61,10 @@ func (a *API) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/agents", a.agentList)
 	mux.HandleFunc("GET /v1/agents/{agent_id}", a.agentGet)
 	mux.HandleFunc("DELETE /v1/agents/{agent_id}", a.agentDelete)
-	mux.HandleFunc("POST /v1/agents/{verb}", a.agentVerb) // {agent_id}:heartbeat
+	mux.HandleFunc("POST /v1/agents/{verb}", a.agentVerb) // {agent_id}:heartbeat, {agent_id}:invoke
 
 	mux.HandleFunc("GET /v1/runs/{run_id}", a.runGet)
+	mux.HandleFunc("GET /v1/runs/{run_id}/tree", a.runTree)
 	mux.HandleFunc("GET /v1/runs/{run_id}/events", a.runEvents)
 	mux.HandleFunc("POST /v1/runs/{verb}", a.runVerb) // {run_id}:cancel
 
@@ -69,12 +78,27 @@ func (a *API) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /v1/tools/{tool_name}", a.toolDelete)
 	mux.HandleFunc("POST /v1/tools/{verb}", a.toolVerb) // {tool_name}:invoke
 	mux.HandleFunc("GET /v1/tool_calls/{tool_call_id}", a.toolCallGet)
-	mux.HandleFunc("POST /v1/tool_calls/{verb}", a.toolCallVerb) // {tool_call_id}:wait
+	mux.HandleFunc("POST /v1/tool_calls/{verb}", a.toolCallVerb) // {tool_call_id}:wait, :cancel
 	mux.HandleFunc("GET /v1/approvals", a.approvalList)
 	mux.HandleFunc("POST /v1/approvals/{verb}", a.approvalVerb) // {approval_id}:decide
 
+	mux.HandleFunc("GET /v1/mcp_servers", a.mcpServerList)
+	mux.HandleFunc("PUT /v1/mcp_servers/{name}", a.mcpServerPut)
+	mux.HandleFunc("GET /v1/mcp_servers/{name}", a.mcpServerGet)
+	mux.HandleFunc("DELETE /v1/mcp_servers/{name}", a.mcpServerDelete)
+
 	mux.HandleFunc("PUT /v1/context/{key...}", a.contextPut)
 	mux.HandleFunc("GET /v1/context/{key...}", a.contextGet)
+
+	// Operator listings (issue 11); GET /v1/sessions/{id}/events?follow=1
+	// is the live form of the session's events above.
+	mux.HandleFunc("GET /v1/whoami", a.whoami)
+	mux.HandleFunc("GET /v1/sessions", a.sessionList)
+	mux.HandleFunc("GET /v1/runs", a.runList)
+	mux.HandleFunc("GET /v1/usage", a.usageList)
+	if a.Metrics != nil {
+		a.Metrics.GaugeFunc("agentplane_event_streams", "Open follow streams (GET /v1/sessions/{id}/events?follow=1).", func() float64 { return float64(a.streams.Load()) })
+	}
 
 	// Governance (DESIGN §15).
 	mux.HandleFunc("GET /v1/audit", a.auditList)
@@ -95,8 +119,7 @@ func (a *API) metrics(w http.ResponseWriter, r *http.Request) {
 	if !a.admin(w, r) {
 		return
 	}
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-	a.Metrics.WriteText(w)
+	a.Metrics.Handler().ServeHTTP(w, r)
 }
 
 func (a *API) readyz(w http.ResponseWriter, r *http.Request) {

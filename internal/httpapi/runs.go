@@ -31,15 +31,18 @@ func (a *API) runFor(r *http.Request, p auth.Principal, id string) (*store.Run, 
 	return nil, errRunNotFound
 }
 
-// runView is a run as the API shows it: ended_at and error only once it
-// has ended (never as null), and usage always — the usage the agent
-// reported, {} until it has.
+// runView is a run as the API shows it (DESIGN §7, §11): ended_at and
+// error only once it has ended (never as null), usage always — the usage
+// the agent reported, {} until it has — with its children and the total
+// usage of its subtree.
 type runView struct {
-	*store.Run
+	*run.View
 	Usage json.RawMessage `json:"usage"`
 }
 
-func viewRun(rn *store.Run) runView {
+// normalizeRun returns a copy of rn without the fields an active run does
+// not have yet.
+func normalizeRun(rn *store.Run) *store.Run {
 	c := *rn
 	if !store.RunIsTerminal(c.Status) {
 		c.EndedAt, c.Error = 0, nil
@@ -47,11 +50,14 @@ func viewRun(rn *store.Run) runView {
 	if string(c.Error) == "null" {
 		c.Error = nil
 	}
-	v := runView{Run: &c, Usage: c.Usage}
-	if len(v.Usage) == 0 || string(v.Usage) == "null" {
-		v.Usage = json.RawMessage("{}")
+	return &c
+}
+
+func usageOrEmpty(u json.RawMessage) json.RawMessage {
+	if len(u) == 0 || string(u) == "null" {
+		return json.RawMessage("{}")
 	}
-	return v
+	return u
 }
 
 func (a *API) runGet(w http.ResponseWriter, r *http.Request) {
@@ -64,7 +70,32 @@ func (a *API) runGet(w http.ResponseWriter, r *http.Request) {
 		respond.Err(w, r, err)
 		return
 	}
-	respond.JSON(w, http.StatusOK, viewRun(rn))
+	v, err := a.Runs.View(r.Context(), normalizeRun(rn))
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	respond.JSON(w, http.StatusOK, runView{View: v, Usage: usageOrEmpty(v.Usage)})
+}
+
+// runTree serves GET /v1/runs/{run_id}/tree: the run and its descendants,
+// nested, each with its own usage and its subtree's total (DESIGN §11).
+func (a *API) runTree(w http.ResponseWriter, r *http.Request) {
+	p, ok := a.principal(w, r)
+	if !ok {
+		return
+	}
+	rn, err := a.runFor(r, p, r.PathValue("run_id"))
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	t, err := a.Runs.Tree(r.Context(), rn)
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	respond.JSON(w, http.StatusOK, t)
 }
 
 // runEvents is the replay API of one run (admin, or the user who owns it).
@@ -97,6 +128,14 @@ func (a *API) sessionEvents(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("session_id")
 	if err := a.sessionAccess(r, p, id); err != nil {
 		respond.Err(w, r, err)
+		return
+	}
+	if follow, err := boolParam(r, "follow"); err != nil || follow {
+		if err != nil {
+			respond.Err(w, r, err)
+			return
+		}
+		a.followEvents(w, r, id)
 		return
 	}
 	a.writeEvents(w, r, &store.EventsListParams{SessionID: id})
@@ -180,5 +219,10 @@ func (a *API) runVerb(w http.ResponseWriter, r *http.Request) {
 		respond.Err(w, r, err)
 		return
 	}
-	respond.JSON(w, http.StatusOK, viewRun(rn))
+	v, err := a.Runs.View(r.Context(), normalizeRun(rn))
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	respond.JSON(w, http.StatusOK, runView{View: v, Usage: usageOrEmpty(v.Usage)})
 }

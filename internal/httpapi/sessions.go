@@ -1,66 +1,70 @@
 package httpapi
 
 import (
-	"errors"
 	"net/http"
+	"strings"
 
+	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/respond"
-	"github.com/agentplane/agentplane/internal/retention"
-	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
 )
 
-var errSessionActive = respond.E(http.StatusConflict, "session_busy", "the session has an active or queued run; cancel it first, or delete with ?force=true")
-
-// sessionDelete serves DELETE /v1/sessions/{session_id}?force= (admin):
-// every row of the session goes now — events, transcript, runs, tool
-// calls, approvals — and an audit row records it with the counts. A
-// session with an active or queued run answers 409 session_busy, unless
-// force=true: its runs are cancelled first.
-func (a *API) sessionDelete(w http.ResponseWriter, r *http.Request) {
-	if !a.admin(w, r) {
+// sessionList serves GET /v1/sessions (issue 11): the admin lists every
+// session, a user key only its own (another user's id filters to nothing,
+// as its sessions answer session_not_found). Newest first, keyset-paged.
+func (a *API) sessionList(w http.ResponseWriter, r *http.Request) {
+	p, ok := a.principal(w, r)
+	if !ok {
 		return
 	}
-	if a.Retention == nil {
-		respond.Err(w, r, respond.E(http.StatusNotImplemented, "not_supported", "session deletion is not available on this process"))
-		return
-	}
-	id := r.PathValue("session_id")
-	ctx := a.auditCtx(r)
-	force := r.URL.Query().Get("force") == "true"
-	var cancelled []string
-	if force {
-		active, err := a.St.SessionActiveRuns(ctx, id)
-		if err != nil {
-			respond.Err(w, r, err)
+	q := r.URL.Query()
+	params := store.SessionListParams{UserID: q.Get("user_id"), AgentID: q.Get("agent_id"), IDPrefix: strings.TrimSpace(q.Get("q"))}
+	switch p.Kind {
+	case auth.Admin:
+	case auth.User:
+		if params.UserID != "" && params.UserID != p.UserID {
+			respond.JSON(w, http.StatusOK, map[string]any{"sessions": []any{}, "next_cursor": ""})
 			return
 		}
-		for _, rn := range active {
-			if rn.ParentRunID != "" {
-				continue // a root's cancel cascades to its children
-			}
-			_, err := a.Runs.Cancel(ctx, run.CancelParams{RunID: rn.RunID, Reason: "the session is being deleted"})
-			if err != nil && !errors.Is(err, run.ErrRunNotActive) {
-				respond.Err(w, r, err)
-				return
-			}
-			cancelled = append(cancelled, rn.RunID)
-		}
+		params.UserID = p.UserID
+	default:
+		respond.Err(w, r, errForbidden)
+		return
 	}
-	detail := map[string]any{"force": force}
-	if len(cancelled) > 0 {
-		detail["cancelled_runs"] = cancelled
+	switch params.Status = q.Get("status"); params.Status {
+	case "", store.SessionActive, store.SessionEnded:
+	default:
+		respond.Err(w, r, respond.E(http.StatusBadRequest, "invalid_param", "status must be active or ended"))
+		return
 	}
-	counts, err := a.Retention.Delete(ctx, id, detail)
-	switch {
-	case errors.Is(err, retention.ErrActive):
-		err = errSessionActive
-	case errors.Is(err, store.ErrNotFound):
-		err = errSessNotFound
+	var err error
+	if params.Since, err = timeParam(r, "since"); err == nil {
+		params.Until, err = timeParam(r, "until")
+	}
+	if err == nil {
+		params.Limit, err = limitParam(r, 50, 1000)
+	}
+	var c *cursor
+	if err == nil {
+		c, err = decodeCursor(r, "sessions")
 	}
 	if err != nil {
 		respond.Err(w, r, err)
 		return
 	}
-	respond.JSON(w, http.StatusOK, map[string]any{"ok": true, "session_id": id, "deleted": counts, "cancelled_runs": nonNil(cancelled)})
+	params.After = c.storeCursor()
+	limit := params.Limit
+	params.Limit++ // one more tells whether there is a next page
+	list, err := a.St.SessionList(r.Context(), &params)
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	next := ""
+	if len(list) > limit {
+		list = list[:limit]
+		last := list[limit-1]
+		next = encodeCursor("sessions", last.CreatedAt, last.SessionID)
+	}
+	respond.JSON(w, http.StatusOK, map[string]any{"sessions": list, "next_cursor": next})
 }

@@ -101,9 +101,41 @@ func TestClientMessageSkipsInternalEvents(t *testing.T) {
 			t.Fatalf("%s sent to clients: %s", typ, b)
 		}
 	}
-	b := ClientMessage(&store.Event{Type: "run_failed", SessionID: "s", Seq: 3, EventID: "e", RunID: "r", ParentRunID: "p", Payload: json.RawMessage(`{"code":"agent_timeout","message":"m"}`)})
+	b := ClientMessage(&store.Event{Type: "run_failed", SessionID: "s", Seq: 3, EventID: "e", RunID: "r", Payload: json.RawMessage(`{"code":"agent_timeout","message":"m"}`)})
 	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil || m["type"] != "error" || m["code"] != "agent_timeout" || m["parent_run_id"] != "p" {
+	if err := json.Unmarshal(b, &m); err != nil || m["type"] != "error" || m["code"] != "agent_timeout" || m["parent_run_id"] != nil {
 		t.Fatalf("run_failed → %s (%v)", b, err)
+	}
+}
+
+// A child run's clients get the sub_agent_* events in place of its start,
+// deltas and end, and its states, tool requests and approvals as a root
+// run's, each with the child's run_id and parent_run_id (DESIGN §11).
+func TestClientMessageOfChildRuns(t *testing.T) {
+	child := func(typ, payload string) *store.Event {
+		return &store.Event{Type: typ, SessionID: "s", Seq: 9, EventID: "e", RunID: "run_c", ParentRunID: "run_p", Payload: json.RawMessage(payload)}
+	}
+	for _, typ := range []string{"run_started", "agent_stream_delta", "run_done", "run_failed", "run_cancelled", "agent_called_child"} {
+		if b := ClientMessage(child(typ, `{"text":"x"}`)); b != nil {
+			t.Errorf("child %s sent to clients: %s", typ, b)
+		}
+	}
+	for typ, want := range map[string]string{
+		"sub_agent_call_start": "sub_agent_call_start", "sub_agent_partial": "sub_agent_partial",
+		"sub_agent_complete": "sub_agent_complete", "sub_agent_error": "sub_agent_error",
+		"state": "state", "tool_request": "tool_request", "approval_created": "approval_required",
+	} {
+		b := ClientMessage(child(typ, `{"text":"hi"}`))
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil || m["type"] != want || m["run_id"] != "run_c" || m["parent_run_id"] != "run_p" || m["seq"] != float64(9) || m["text"] != "hi" {
+			t.Errorf("child %s → %s (%v)", typ, b, err)
+		}
+	}
+	// A root run's deltas and end are unchanged.
+	for typ, want := range map[string]string{"agent_stream_delta": "delta", "run_done": "done", "run_started": "run_started"} {
+		var m map[string]any
+		if err := json.Unmarshal(ClientMessage(&store.Event{Type: typ, RunID: "r", Payload: json.RawMessage(`{}`)}), &m); err != nil || m["type"] != want {
+			t.Errorf("root %s → %v (%v)", typ, m, err)
+		}
 	}
 }

@@ -12,23 +12,39 @@ import (
 // clientTypes maps log event types to the message type clients see. Types
 // not listed are internal (trace only) and never sent (DESIGN §4).
 var clientTypes = map[string]string{
-	eventlog.TypeRunStarted:       "run_started",
-	eventlog.TypeAgentStreamDelta: "delta",
-	eventlog.TypeState:            "state",
-	eventlog.TypeRunDone:          "done",
-	eventlog.TypeRunFailed:        "error",
-	eventlog.TypeRunCancelled:     "state",
-	eventlog.TypeToolRequest:      "tool_request",
-	eventlog.TypeApprovalCreated:  "approval_required",
+	eventlog.TypeRunStarted:        "run_started",
+	eventlog.TypeAgentStreamDelta:  "delta",
+	eventlog.TypeState:             "state",
+	eventlog.TypeRunDone:           "done",
+	eventlog.TypeRunFailed:         "error",
+	eventlog.TypeRunCancelled:      "state",
+	eventlog.TypeToolRequest:       "tool_request",
+	eventlog.TypeApprovalCreated:   "approval_required",
+	eventlog.TypeSubAgentCallStart: "sub_agent_call_start",
+	eventlog.TypeSubAgentPartial:   "sub_agent_partial",
+	eventlog.TypeSubAgentComplete:  "sub_agent_complete",
+	eventlog.TypeSubAgentError:     "sub_agent_error",
+}
+
+// childInternal are the types a child run's clients do not get: the
+// sub_agent_* events stand in for its start, its deltas and its end
+// (DESIGN §11). Its states, tool requests and approvals reach the client
+// as a root run's do.
+var childInternal = map[string]bool{
+	eventlog.TypeRunStarted:       true,
+	eventlog.TypeAgentStreamDelta: true,
+	eventlog.TypeRunDone:          true,
+	eventlog.TypeRunFailed:        true,
+	eventlog.TypeRunCancelled:     true,
 }
 
 // ClientMessage renders a logged event as the client's JSON message: the
-// envelope (type, session_id, seq, event_id, ts, run_id) followed by the
-// payload's own fields, spliced in without re-encoding. It returns nil for
-// internal events.
+// envelope (type, session_id, seq, event_id, ts, run_id, and parent_run_id
+// for a child run) followed by the payload's own fields, spliced in without
+// re-encoding. It returns nil for internal events.
 func ClientMessage(e *store.Event) []byte {
 	typ, ok := clientTypes[e.Type]
-	if !ok {
+	if !ok || (e.ParentRunID != "" && childInternal[e.Type]) {
 		return nil
 	}
 	b := make([]byte, 0, 160+len(e.Payload))

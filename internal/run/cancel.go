@@ -19,6 +19,7 @@ type CancelParams struct {
 }
 
 // Cancel moves an active run to CANCELLED and closes the agent's request.
+// Its descendants are cancelled first, by the same actor (EndTx).
 func (m *Manager) Cancel(ctx context.Context, p CancelParams) (*store.Run, error) {
 	run, err := m.st.RunGet(ctx, p.RunID)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && p.UserID != "" && run.UserID != p.UserID) {
@@ -56,27 +57,25 @@ func (m *Manager) Cancel(ctx context.Context, p CancelParams) (*store.Run, error
 	errJSON, _ := json.Marshal(map[string]string{"code": "cancelled", "message": reason})
 	payload, _ := json.Marshal(map[string]any{"state": store.RunCancelled, "detail": map[string]string{"reason": reason, "by": by}, "source": eventlog.StateSourcePlatform})
 	now := m.now()
-	var out *store.Run
+	var ended []*store.Run
 	_, err = m.log.Do(ctx, run.SessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
-		r, err := tx.RunTransition(ctx, &store.RunTransitionParams{RunID: run.RunID, From: store.RunActiveStatuses, Status: store.RunCancelled, At: now, Error: errJSON})
-		out = r
-		if err != nil {
-			return nil, err
-		}
-		cascade, err := m.onEnd(ctx, tx, run, now, why)
-		if err != nil {
-			return nil, err
-		}
-		return append(cascade, store.EventParams{SessionID: run.SessionID, RunID: run.RunID, ParentRunID: run.ParentRunID, TS: now, Type: eventlog.TypeRunCancelled, Payload: payload}), nil
+		var evs []store.EventParams
+		var err error
+		evs, ended, err = m.EndTx(ctx, tx, run, now, End{Status: store.RunCancelled, Error: errJSON, Reason: why, CancelledBy: by, CancelState: payload})
+		return evs, err
 	})
-	if errors.Is(err, store.ErrConflict) {
-		return out, ErrRunNotActive
-	}
 	if err != nil {
 		return nil, err
 	}
-	m.ended(run, store.RunCancelled, "", now)
-	return out, nil
+	if len(ended) == 0 {
+		cur, err := m.st.RunGet(ctx, run.RunID)
+		if err != nil {
+			return nil, err
+		}
+		return cur, ErrRunNotActive
+	}
+	m.countEnded(ended)
+	return ended[len(ended)-1], nil
 }
 
 func newMessageID() string { return ids.New("msg") }

@@ -18,19 +18,29 @@ import (
 // execute invokes the agent and turns its stream into events. Deltas are
 // queued without waiting for their commit (the writer keeps their order and
 // the terminal transition commits after them), so a fast agent is not slowed
-// to the database's commit rate.
-func (m *Manager) execute(ctx context.Context, run *store.Run, ag *store.Agent, p StartParams, traceparent string) {
+// to the database's commit rate. A child run is driven the same way; its
+// deltas are also echoed to the session's clients as sub_agent_partial.
+func (m *Manager) execute(ctx context.Context, j *job) {
+	run, ag := j.run, j.ag
 	log := m.opts.Logger.With("run_id", run.RunID, "session_id", run.SessionID, "agent_id", ag.AgentID)
+	if run.ParentRunID != "" {
+		log = log.With("parent_run_id", run.ParentRunID, "depth", run.Depth)
+	}
 	began := time.Now()
 	m.mu.Lock()
 	a := m.active[run.RunID]
 	m.mu.Unlock()
 
-	transcript, err := m.loadTranscript(ctx, run.SessionID)
-	if err != nil {
-		log.Error("load transcript", "err", err)
-		m.finishFailed(run, "platform_error", "could not load the session transcript", began, 0)
-		return
+	// A root agent gets the session's root-level turns; a child only its
+	// input (it may read the transcript with its key).
+	transcript := []agent.Message{j.message}
+	if run.ParentRunID == "" {
+		var err error
+		if transcript, err = m.loadTranscript(ctx, run.SessionID); err != nil {
+			log.Error("load transcript", "err", err)
+			m.finishFailed(run, "platform_error", "could not load the session transcript", began, 0)
+			return
+		}
 	}
 
 	// text is the answer for the transcript; the output bound keeps it
@@ -63,6 +73,44 @@ func (m *Manager) execute(ctx context.Context, run *store.Run, ag *store.Agent, 
 		appendMu.Lock()
 		defer appendMu.Unlock()
 		return appendErr
+	}
+	event := func(typ string, payload []byte) store.EventParams {
+		return store.EventParams{
+			SessionID: run.SessionID, RunID: run.RunID, ParentRunID: run.ParentRunID, TS: m.now(), Type: typ, Payload: payload,
+			IfRunActive: true,
+		}
+	}
+	// queue appends events unless the run has ended (a.mu held by caller).
+	queue := func(evs ...store.EventParams) error {
+		if a.ended {
+			return context.Canceled
+		}
+		pending.Add(1)
+		err := m.log.AppendAsync(context.Background(), onAppended, evs...)
+		if err != nil {
+			pending.Done()
+			noteAppend(err)
+		}
+		return err
+	}
+	partial := func(text string) store.EventParams {
+		b, _ := json.Marshal(struct {
+			Text string `json:"text"`
+		}{text})
+		return event(eventlog.TypeSubAgentPartial, b)
+	}
+	echo := store.EchoOff
+	if run.ParentRunID != "" {
+		echo = ag.SubAgentEcho
+	}
+	var agg *aggregator
+	if echo == store.EchoAggregate {
+		agg = newAggregator(func(text string) {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			_ = queue(partial(text)) // a refusal is noticed at the next event
+		})
+		defer agg.close(false)
 	}
 	handle := func(ev agent.StreamEvent) error {
 		if err := appendFailed(); err != nil {
@@ -100,35 +148,25 @@ func (m *Manager) execute(ctx context.Context, run *store.Run, ag *store.Agent, 
 		default:
 			return nil
 		}
+		evs := []store.EventParams{event(typ, payload)}
+		if typ == eventlog.TypeAgentStreamDelta && echo == store.EchoPassthrough {
+			evs = append(evs, partial(ev.Text))
+		}
 		// The run lock orders this append against Cancel: once a cancel
 		// has been queued, no delta can be queued after it.
 		a.mu.Lock()
-		defer a.mu.Unlock()
-		if a.ended {
-			return context.Canceled
-		}
-		pending.Add(1)
-		err := m.log.AppendAsync(context.Background(), onAppended, store.EventParams{
-			SessionID: run.SessionID, RunID: run.RunID, TS: m.now(), Type: typ, Payload: payload,
-			IfRunActive: true,
-		})
-		if err != nil {
-			pending.Done()
-			noteAppend(err)
+		err := queue(evs...)
+		a.mu.Unlock()
+		if err == nil && agg != nil && typ == eventlog.TypeAgentStreamDelta {
+			agg.add(ev.Text) // after a.mu: the aggregator takes it to emit
 		}
 		return err
 	}
 
 	res, err := m.opts.Invoker.Invoke(ctx, ag.Endpoint, agent.InvokeRequest{
-		AgentID: ag.AgentID, SessionID: run.SessionID, RunID: run.RunID, UserID: run.UserID,
-		Traceparent: traceparent, InputMessage: p.Message, Messages: transcript,
-		Paused: func() bool {
-			// Silence while the run waits for an approval or a client tool is
-			// expected (the agent is long-polling the platform). Read the
-			// store: the wait may be settled by another replica.
-			r, err := m.st.RunGet(context.Background(), run.RunID)
-			return err == nil && (r.Status == store.RunPausedWaitingApproval || r.Status == store.RunPausedWaitingTool)
-		},
+		AgentID: ag.AgentID, SessionID: run.SessionID, RunID: run.RunID, ParentRunID: run.ParentRunID, Depth: run.Depth,
+		UserID: run.UserID, Traceparent: j.traceparent, InputMessage: j.message, Messages: transcript,
+		Paused: func() bool { return m.waiting(run.RunID) },
 	}, handle)
 
 	cause := context.Cause(ctx)
@@ -144,6 +182,9 @@ func (m *Manager) execute(ctx context.Context, run *store.Run, ag *store.Agent, 
 	case errors.Is(cause, errShutdown):
 		m.finishFailed(run, "platform_shutdown", "the platform shut down before the run finished", began, deltas)
 		return
+	}
+	if agg != nil {
+		agg.close(true) // the last partial, before the child's end
 	}
 	// Every queued append commits (or fails) before the run's end is
 	// submitted, so its outcome decides how the run ends. Waiting here, not
@@ -206,44 +247,22 @@ func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, beg
 		cancel()
 	}
 	now := m.now()
-	ok := false
+	var ended []*store.Run
 	_, err := m.log.Do(context.Background(), run.SessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
-		ok = false
-		_, err := tx.RunTransition(ctx, &store.RunTransitionParams{RunID: run.RunID, From: store.RunActiveStatuses, Status: store.RunDone, At: now, Usage: usage})
-		if errors.Is(err, store.ErrConflict) {
-			return nil, nil // ended meanwhile (cancelled); nothing to record
-		}
-		if err != nil {
-			return nil, err
-		}
-		ok = true
-		cascade, err := m.onEnd(ctx, tx, run, now, "the run finished")
-		if err != nil {
-			return nil, err
-		}
-		if text != "" {
-			if _, err := tx.MessageAppend(ctx, &store.MessageAppendParams{MessageID: newMessageID(), SessionID: run.SessionID, RunID: run.RunID, Role: "assistant", Content: text, CreatedAt: now}); err != nil {
-				return nil, err
-			}
-		}
-		cost, calls, err := runCost(ctx, tx, run)
-		if err != nil {
-			return nil, err
-		}
-		invokeDone, _ := json.Marshal(map[string]any{"ok": true, "duration_ms": time.Since(began).Milliseconds(), "deltas": deltas})
-		done, _ := json.Marshal(map[string]any{"usage": usage, "total_cost": cost, "llm_calls": calls})
-		return append(cascade,
-			store.EventParams{SessionID: run.SessionID, RunID: run.RunID, TS: now, Type: eventlog.TypeAgentInvokeDone, Payload: invokeDone},
-			store.EventParams{SessionID: run.SessionID, RunID: run.RunID, TS: now, Type: eventlog.TypeRunDone, Payload: done},
-		), nil
+		var evs []store.EventParams
+		var err error
+		evs, ended, err = m.EndTx(ctx, tx, run, now, End{
+			Status: store.RunDone, Usage: usage, Output: text, Reason: "the run finished",
+			Invoke: map[string]any{"duration_ms": time.Since(began).Milliseconds(), "deltas": deltas},
+		})
+		return evs, err
 	})
-	if err == nil && ok {
-		m.ended(run, store.RunDone, "", now)
-	}
 	if err != nil {
 		m.opts.Logger.Error("record run done", "run_id", run.RunID, "session_id", run.SessionID, "err", err)
 		m.finishFailed(run, "platform_error", "could not record the run's result", began, deltas)
+		return
 	}
+	m.countEnded(ended)
 }
 
 // finishFailed moves an active run to FAILED with code. A run that already
@@ -254,39 +273,49 @@ func (m *Manager) finishFailed(run *store.Run, code, message string, began time.
 	}
 }
 
-// fail is the one place a run becomes FAILED: guarded transition, the
-// error stored on the run, agent_invoke_done (when invokeInfo is set) and
+// fail is the one place the run manager fails a run: EndTx with the error
+// stored on the run, agent_invoke_done (when invokeInfo is set) and
 // run_failed, all in one transaction.
 func (m *Manager) fail(ctx context.Context, run *store.Run, code, message string, invokeInfo map[string]any) error {
 	errJSON, _ := json.Marshal(map[string]string{"code": code, "message": message})
 	now := m.now()
-	ok := false
+	var ended []*store.Run
 	_, err := m.log.Do(ctx, run.SessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
-		ok = false
-		_, err := tx.RunTransition(ctx, &store.RunTransitionParams{RunID: run.RunID, From: store.RunActiveStatuses, Status: store.RunFailed, At: now, Error: errJSON})
-		if errors.Is(err, store.ErrConflict) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		ok = true
-		evs, err := m.onEnd(ctx, tx, run, now, "the run failed ("+code+")")
-		if err != nil {
-			return nil, err
-		}
-		if invokeInfo != nil {
-			invokeInfo["ok"] = false
-			invokeInfo["error"] = json.RawMessage(errJSON)
-			b, _ := json.Marshal(invokeInfo)
-			evs = append(evs, store.EventParams{SessionID: run.SessionID, RunID: run.RunID, ParentRunID: run.ParentRunID, TS: now, Type: eventlog.TypeAgentInvokeDone, Payload: b})
-		}
-		return append(evs, store.EventParams{SessionID: run.SessionID, RunID: run.RunID, ParentRunID: run.ParentRunID, TS: now, Type: eventlog.TypeRunFailed, Payload: errJSON}), nil
+		var evs []store.EventParams
+		var err error
+		evs, ended, err = m.EndTx(ctx, tx, run, now, End{Status: store.RunFailed, Error: errJSON, Reason: "the run failed (" + code + ")", Invoke: invokeInfo})
+		return evs, err
 	})
-	if err == nil && ok {
-		m.ended(run, store.RunFailed, code, now)
+	if err == nil {
+		m.countEnded(ended)
 	}
 	return err
+}
+
+// waiting reports whether a run's agent is expected to be silent: the run
+// waits for an approval or a client tool, or for a child run it started
+// (the agent is long-polling the platform). It reads the store: the wait
+// may be settled by another replica.
+func (m *Manager) waiting(runID string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := m.st.RunGet(ctx, runID)
+	if err != nil {
+		return false
+	}
+	if r.Status == store.RunPausedWaitingApproval || r.Status == store.RunPausedWaitingTool {
+		return true
+	}
+	kids, err := m.st.RunListChildren(ctx, runID)
+	if err != nil {
+		return false
+	}
+	for _, k := range kids {
+		if !store.RunIsTerminal(k.Status) {
+			return true
+		}
+	}
+	return false
 }
 
 // runCost sums estimated_cost over the run's llm_call_done events. It runs

@@ -1,8 +1,12 @@
 package run
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+
+	"github.com/agentplane/agentplane/internal/store"
 )
 
 // failOrphans fails runs nobody drives any more with platform_restarted:
@@ -23,6 +27,10 @@ func (m *Manager) failOrphans(ctx context.Context, atStart bool) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	// Deepest first: an orphaned child fails platform_restarted itself (and
+	// settles its caller's tool call) before its orphaned parent's end
+	// would cancel it as parent_ended.
+	slices.SortStableFunc(runs, func(a, b *store.Run) int { return cmp.Compare(b.Depth, a.Depth) })
 	failed := 0
 	for _, r := range runs {
 		if r.Owner == m.opts.InstanceID {

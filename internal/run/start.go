@@ -121,7 +121,7 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := tx.MessageAppend(ctx, &store.MessageAppendParams{MessageID: ids.New("msg"), SessionID: sessionID, RunID: runID, Role: p.Message.Role, Content: p.Message.Content, CreatedAt: now}); err != nil {
+		if _, err := tx.MessageAppend(ctx, &store.MessageAppendParams{MessageID: ids.New("msg"), SessionID: sessionID, RunID: runID, AgentID: ag.AgentID, Role: p.Message.Role, Content: p.Message.Content, CreatedAt: now}); err != nil {
 			return nil, err
 		}
 		started, _ := json.Marshal(map[string]any{"request_id": p.RequestID, "agent_id": ag.AgentID, "message": json.RawMessage(msg), "traceparent": traceparent})
@@ -135,28 +135,36 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 	if err != nil {
 		return nil, err
 	}
-	m.started.Add("", 1)
-	m.launch(run, ag, p, traceparent)
+	m.started.Inc(run.AgentID)
+	m.launch(&job{run: run, ag: ag, message: p.Message, traceparent: traceparent})
 	return &Started{Run: run, Events: evs}, nil
 }
 
+// job is a run to drive: a root run or a child run alike.
+type job struct {
+	run         *store.Run
+	ag          *store.Agent
+	message     agent.Message
+	traceparent string
+}
+
 // launch registers the run as active and drives it in the background.
-func (m *Manager) launch(run *store.Run, ag *store.Agent, p StartParams, traceparent string) {
+func (m *Manager) launch(j *job) {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	a := &activeRun{cancel: cancel, sessionID: run.SessionID}
+	a := &activeRun{cancel: cancel, sessionID: j.run.SessionID}
 	m.mu.Lock()
-	m.active[run.RunID] = a
+	m.active[j.run.RunID] = a
 	m.wg.Add(1)
 	m.mu.Unlock()
 	go func() {
 		defer func() {
 			cancel(nil)
 			m.mu.Lock()
-			delete(m.active, run.RunID)
+			delete(m.active, j.run.RunID)
 			m.mu.Unlock()
 			m.wg.Done()
 		}()
-		m.execute(ctx, run, ag, p, traceparent)
+		m.execute(ctx, j)
 	}()
 }
 

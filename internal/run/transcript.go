@@ -20,7 +20,8 @@ const transcriptFirstPage = 8
 // less left, older messages are dropped instead.
 const truncationReserve = 256
 
-// loadTranscript reads the session's messages for an agent's messages[]:
+// loadTranscript reads the session's root-level messages (child runs' turns
+// are left out, DESIGN §11) for a root agent's messages[]:
 // the newest first, at most TranscriptLimit of them and MaxTranscriptBytes
 // of content (issue 8: a 400 MB answer was sent back to the agent whole).
 // Oldest first in the result.
@@ -30,7 +31,7 @@ func (m *Manager) loadTranscript(ctx context.Context, sessionID string) ([]agent
 	before := ""
 	for page := transcriptFirstPage; len(newestFirst) < m.opts.TranscriptLimit && budget > 0; page *= 2 {
 		limit := min(page, m.opts.TranscriptLimit-len(newestFirst))
-		msgs, err := m.st.MessagesList(ctx, &store.MessagesListParams{SessionID: sessionID, Before: before, Limit: limit})
+		msgs, err := m.st.MessagesList(ctx, &store.MessagesListParams{SessionID: sessionID, Before: before, Limit: limit, RootOnly: true})
 		if err != nil {
 			return nil, err
 		}

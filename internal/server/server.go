@@ -30,6 +30,8 @@ import (
 	"github.com/agentplane/agentplane/internal/ids"
 	"github.com/agentplane/agentplane/internal/ingress"
 	"github.com/agentplane/agentplane/internal/llmproxy"
+	"github.com/agentplane/agentplane/internal/mcpclient"
+	"github.com/agentplane/agentplane/internal/mcpserver"
 	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/retention"
 	"github.com/agentplane/agentplane/internal/run"
@@ -91,7 +93,8 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		return fmt.Errorf("AGENTPLANE_ENDPOINT_ALLOWLIST: %w", err)
 	}
 
-	log := eventlog.New(st, eventlog.Options{Logger: logger, Origin: cfg.InstanceID})
+	reg := metrics.New()
+	log := eventlog.New(st, eventlog.Options{Logger: logger, Origin: cfg.InstanceID, Metrics: reg})
 	defer log.Stop()
 	if st.Dialect() == "postgres" {
 		// Replicas share one database: follow their commits so a client
@@ -107,14 +110,17 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	}
 	httpClient := agent.NewHTTPClient(allow)
 	agentClient := &agent.Client{HTTP: httpClient, FirstByteTimeout: cfg.AgentFirstByteTimeout, IdleTimeout: cfg.AgentIdleTimeout}
-	reg := metrics.New()
 	reg.CounterFunc("agentplane_events_appended_total", "Events committed to the log by this process.", func() float64 { ev, _ := log.Stats(); return float64(ev) })
 	reg.CounterFunc("agentplane_event_commits_total", "Event log transactions committed by this process (events per commit shows batching).", func() float64 { _, c := log.Stats(); return float64(c) })
-	bridge := newLLMBridge(keys, st, log, logger)
+	bridge := newLLMBridge(keys, st, log, logger, reg)
 	tools := toolsvc.New(log, toolsvc.Options{Logger: logger, HTTP: httpClient, Allow: allow, Metrics: reg, InstanceID: cfg.InstanceID, StaleAfter: staleAfter})
-	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce, OnEnd: tools.OnRunEnd, StaleAfter: staleAfter,
+	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce, OnEnd: tools.OnRunEnd, OnChildEnd: tools.OnChildEnd, MaxCallDepth: cfg.MaxCallDepth, StaleAfter: staleAfter,
 		MaxOutputBytes: cfg.MaxRunOutputBytes, MaxOutputEvents: cfg.MaxRunEvents, MaxTranscriptBytes: cfg.MaxTranscriptBytes})
 	tools.SetRuns(runs)
+	// MCP servers as tool sources: every process connects to every server,
+	// since any process may dispatch a call (an approval decided here).
+	mcps := mcpclient.New(st, mcpclient.Options{Logger: logger, Allow: allow})
+	tools.SetMCP(mcps)
 	if err := runs.Start(ctx); err != nil {
 		return fmt.Errorf("start run manager: %w", err)
 	}
@@ -122,8 +128,16 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		return fmt.Errorf("start tool service: %w", err)
 	}
 	defer tools.Stop()
+	if err := mcps.Start(ctx); err != nil {
+		return err
+	}
+	defer mcps.Stop()
 	// What the config file changes is audited as its own actor.
 	cfgCtx := audit.WithActor(ctx, audit.Config)
+	// MCP servers before tools: the tools may override their tools.
+	if err := loadConfigMCPServers(cfgCtx, mcps, &cfg.File.MCPServers); err != nil {
+		return err
+	}
 	if err := loadConfigTools(cfgCtx, tools, &cfg.File.Tools); err != nil {
 		return err
 	}
@@ -135,7 +149,11 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	sweeper.Start()
 	defer sweeper.Stop()
 	var shuttingDown atomic.Bool
-	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Tools: tools, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() },
+	// Done when the HTTP server begins its shutdown: follow streams end
+	// then rather than hold it up.
+	closing, stopStreams := context.WithCancel(context.Background())
+	defer stopStreams()
+	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Tools: tools, MCP: mcps, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() }, Closing: closing,
 		AgentKeyGrace: time.Duration(cfg.File.Limits.AgentKeyGraceSeconds) * time.Second, Retention: sweeper}
 	// Client presence across replicas (DESIGN §8): with a shared database
 	// the ingress records which sessions it has connections for, and a
@@ -188,13 +206,18 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 
 	mux := http.NewServeMux()
 	api.Routes(mux)
+	mcpServe := mcpserver.New(mcpserver.Options{Keys: keys, Tools: tools, Logger: logger})
+	defer mcpServe.Stop()
 	if cfg.Role != "ingress" {
 		proxy.Routes(mux)
+		mcpServe.Routes(mux)
 	}
 	if cfg.Role != "orchestrator" {
 		mux.Handle("GET /v1/ws", ws)
 		ui := console.Handler()
 		mux.Handle("GET /{$}", ui)
+		mux.Handle("GET /console", ui)
+		mux.Handle("GET /console/", ui)
 		mux.Handle("GET /static/", ui)
 	}
 
@@ -213,13 +236,15 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	// reading request bodies.
 	srv := &http.Server{Handler: bodyDeadline(cfg.BodyReadTimeout, httpapi.Handler(mux)), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 		ConnContext: connlimit.ConnContext, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	srv.RegisterOnShutdown(stopStreams)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
 	prb := &prober{st: st, client: agentClient, interval: cfg.HealthInterval, log: logger}
 
 	for _, spec := range cfg.File.Agents {
-		resp, err := api.Register(cfgCtx, &httpapi.RegisterRequest{AgentID: spec.AgentID, Name: spec.Name, Endpoint: spec.Endpoint, Capabilities: spec.Capabilities, LinkedAgents: spec.LinkedAgents})
+		resp, err := api.Register(cfgCtx, &httpapi.RegisterRequest{AgentID: spec.AgentID, Name: spec.Name, Description: spec.Description, Endpoint: spec.Endpoint,
+			Capabilities: spec.Capabilities, LinkedAgents: spec.LinkedAgents, SubAgentEcho: spec.SubAgentEcho})
 		if err != nil {
 			return fmt.Errorf("config file agent %s: %w", spec.AgentID, err)
 		}
@@ -243,6 +268,9 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		// The demo's tools, registered over the admin API as an operator would.
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err = demo.RegisterTools(rctx, base, cfg.AdminKey, demoAgent.ToolsURL)
+		if err == nil {
+			err = demo.RegisterMCPServer(rctx, base, cfg.AdminKey, demoAgent.MCPURL)
+		}
 		cancel()
 		if err != nil {
 			return fmt.Errorf("register demo tools: %w", err)
@@ -277,6 +305,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 			fmt.Fprintf(out, "demo user key: %s (from AGENTPLANE_API_KEYS)\n", demoCreds.userKey)
 		}
 		fmt.Fprintf(out, "open the chat: %s/#user=%s&key=%s&agent=%s\n", base, demoUser, demoCreds.userKey, demo.AgentID)
+		fmt.Fprintf(out, "open the console: %s/console (log in with the admin key, or %s:<demo user key>)\n", base, demoUser)
 	}
 
 	select {
@@ -292,6 +321,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	final, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ws.Shutdown(final)
+	mcpServe.Stop() // its waits would hold the shutdown of their connections
 	if err := srv.Shutdown(final); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		logger.Warn("http shutdown", "err", err)
 	}
@@ -306,6 +336,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	}
 	prb.Stop()
 	tools.Stop()
+	mcps.Stop()
 	proxy.Close()
 	log.Stop() // after the proxy: its write-behind events are flushed here
 	fmt.Fprintln(out, "agentplane stopped")

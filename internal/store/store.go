@@ -63,6 +63,12 @@ type Queries interface {
 	// transaction (and its events come later in the session).
 	RunsEnded(ctx context.Context, runIDs []string) (map[string]bool, error)
 	RunListActive(ctx context.Context, p *RunListActiveParams) ([]*Run, error)
+	// RunListChildren lists the runs parentRunID started, oldest first.
+	RunListChildren(ctx context.Context, parentRunID string) ([]*Run, error)
+	// RunListTree lists every run of the tree rooted at rootRunID, the root
+	// included, by depth and then age, so callers build the tree (and the
+	// cascade) without recursion in SQL.
+	RunListTree(ctx context.Context, rootRunID string) ([]*Run, error)
 
 	EventsAppend(ctx context.Context, events []EventParams) ([]Event, error)
 	EventsList(ctx context.Context, p *EventsListParams) ([]Event, error)
@@ -86,6 +92,14 @@ type Queries interface {
 	ToolGet(ctx context.Context, name string) (*ToolRow, error)
 	ToolList(ctx context.Context) ([]*ToolRow, error)
 	ToolDelete(ctx context.Context, name string) error
+
+	// MCP servers used as tool sources (DESIGN §13). MCPServerPut reports
+	// whether the server was created; MCPServerDelete returns ErrNotFound
+	// when there is none.
+	MCPServerPut(ctx context.Context, p *MCPServerPutParams) (s *MCPServerRow, created bool, err error)
+	MCPServerGet(ctx context.Context, name string) (*MCPServerRow, error)
+	MCPServerList(ctx context.Context) ([]*MCPServerRow, error)
+	MCPServerDelete(ctx context.Context, name string) error
 
 	// Tool calls. ToolCallInsert returns the existing row with ErrDuplicate
 	// when the run already has a call with that idempotency key.
@@ -207,6 +221,16 @@ type Queries interface {
 	// transaction it is sent only on commit (PostgreSQL NOTIFY); on SQLite,
 	// where one process owns the file, it does nothing.
 	EventsNotify(ctx context.Context, origin string, sessionIDs []string) error
+
+	// Operator listings (issue 11, listing.go): filtered, keyset-paged
+	// reads for GET /v1/sessions, /v1/runs, /v1/agents, /v1/tools and
+	// /v1/usage. A page is the rows after the cursor in the listing's
+	// order, so rows inserted meanwhile never shift a later page.
+	SessionList(ctx context.Context, p *SessionListParams) ([]*SessionSummary, error)
+	RunList(ctx context.Context, p *RunListParams) ([]*Run, error)
+	AgentListPage(ctx context.Context, afterID string, limit int) ([]*Agent, error)
+	ToolListPage(ctx context.Context, afterName string, limit int) ([]*ToolRow, error)
+	UsageSummary(ctx context.Context, p *UsageParams) ([]UsageRow, error)
 }
 
 // NotifyChannel is the PostgreSQL channel EventsNotify uses; payloads are
@@ -251,11 +275,15 @@ func RunIsTerminal(status string) bool {
 
 // Run is one execution of an agent in a session. Owner is the instance
 // (process) driving it; a dead owner's runs are failed by the sweeper.
+// A child run (DESIGN §11) has a ParentRunID, the Depth of its parent plus
+// one and the RootRunID of its tree (a root's is its own id).
 type Run struct {
 	RunID       string          `json:"run_id"`
 	SessionID   string          `json:"session_id"`
 	AgentID     string          `json:"agent_id"`
 	ParentRunID string          `json:"parent_run_id"`
+	RootRunID   string          `json:"root_run_id"`
+	Depth       int             `json:"depth"`
 	UserID      string          `json:"user_id"`
 	Status      string          `json:"status"`
 	Owner       string          `json:"-"`
@@ -263,18 +291,32 @@ type Run struct {
 	EndedAt     int64           `json:"ended_at,omitempty"`
 	Error       json.RawMessage `json:"error,omitempty"`
 	Usage       json.RawMessage `json:"usage,omitempty"`
+	// ChildKey makes the child's start idempotent within its parent.
+	ChildKey string `json:"-"`
+	// ToolCallID is the call_<agent> tool call whose execution this child
+	// is; empty for roots and for children started directly.
+	ToolCallID string `json:"tool_call_id,omitempty"`
 }
 
 // RunInsertParams inserts a RUNNING run. A root run (no parent) in a session
-// that already has an active root run is refused with ErrConflict.
+// that already has an active root run is refused with ErrConflict; child
+// runs never count against it. A child whose ChildKey its parent already
+// used is not inserted: the existing child is returned with ErrDuplicate.
 type RunInsertParams struct {
 	RunID       string
 	SessionID   string
 	AgentID     string
 	ParentRunID string
-	UserID      string
-	Owner       string
-	StartedAt   int64
+	// RootRunID is the root of the tree; empty means the run is a root
+	// (it becomes RunID).
+	RootRunID string
+	Depth     int
+	UserID    string
+	Owner     string
+	StartedAt int64
+	// ChildKey ("" = none) and ToolCallID: see Run.
+	ChildKey   string
+	ToolCallID string
 }
 
 // RunTransitionParams moves a run to Status if it is currently in one of From.
@@ -334,32 +376,39 @@ type EventsListParams struct {
 	Type string
 }
 
-// Message is one transcript entry.
+// Message is one transcript entry. RunID, AgentID and ParentRunID say
+// whose turn it is; a child run's rows have a ParentRunID.
 type Message struct {
-	MessageID string `json:"message_id"`
-	SessionID string `json:"session_id"`
-	RunID     string `json:"run_id,omitempty"`
-	Role      string `json:"role"`
-	Content   string `json:"content"`
-	CreatedAt int64  `json:"created_at"`
+	MessageID   string `json:"message_id"`
+	SessionID   string `json:"session_id"`
+	RunID       string `json:"run_id,omitempty"`
+	AgentID     string `json:"agent_id,omitempty"`
+	ParentRunID string `json:"parent_run_id,omitempty"`
+	Role        string `json:"role"`
+	Content     string `json:"content"`
+	CreatedAt   int64  `json:"created_at"`
 }
 
 // MessageAppendParams appends a transcript entry.
 type MessageAppendParams struct {
-	MessageID string
-	SessionID string
-	RunID     string
-	Role      string
-	Content   string
-	CreatedAt int64
+	MessageID   string
+	SessionID   string
+	RunID       string
+	AgentID     string
+	ParentRunID string
+	Role        string
+	Content     string
+	CreatedAt   int64
 }
 
 // MessagesListParams returns the newest Limit messages older than Before (a
-// message id; empty = newest), oldest first.
+// message id; empty = newest), oldest first. RootOnly keeps the rows of
+// root-level turns (no ParentRunID): what a root agent is sent.
 type MessagesListParams struct {
 	SessionID string
 	Before    string
 	Limit     int
+	RootOnly  bool
 }
 
 // Agent health statuses.
@@ -369,20 +418,32 @@ const (
 	AgentUnhealthy = "unhealthy"
 )
 
+// How a child run's deltas reach the session's clients (Agent.SubAgentEcho,
+// DESIGN §11): sub_agent_partial events aggregated over at most 100 ms, one
+// per delta, or none.
+const (
+	EchoAggregate   = "aggregate"
+	EchoPassthrough = "passthrough"
+	EchoOff         = "off"
+)
+
 // Agent is a registered external agent service. KeyHash is the SHA-256 of
 // its API key; the key itself is never stored.
 type Agent struct {
-	AgentID         string          `json:"agent_id"`
-	Name            string          `json:"name"`
-	Endpoint        string          `json:"endpoint"`
-	Capabilities    json.RawMessage `json:"capabilities"`
-	LinkedAgents    json.RawMessage `json:"linked_agents"`
-	KeyHash         string          `json:"-"`
-	Status          string          `json:"status"`
-	LastHeartbeatAt int64           `json:"last_heartbeat_at,omitempty"`
-	LastProbeAt     int64           `json:"last_probe_at,omitempty"`
-	CreatedAt       int64           `json:"created_at"`
-	UpdatedAt       int64           `json:"updated_at"`
+	AgentID      string          `json:"agent_id"`
+	Name         string          `json:"name"`
+	Description  string          `json:"description"`
+	Endpoint     string          `json:"endpoint"`
+	Capabilities json.RawMessage `json:"capabilities"`
+	LinkedAgents json.RawMessage `json:"linked_agents"`
+	// SubAgentEcho is EchoAggregate, EchoPassthrough or EchoOff.
+	SubAgentEcho    string `json:"sub_agent_echo"`
+	KeyHash         string `json:"-"`
+	Status          string `json:"status"`
+	LastHeartbeatAt int64  `json:"last_heartbeat_at,omitempty"`
+	LastProbeAt     int64  `json:"last_probe_at,omitempty"`
+	CreatedAt       int64  `json:"created_at"`
+	UpdatedAt       int64  `json:"updated_at"`
 }
 
 // AgentUpsertParams registers or updates an agent. An empty KeyHash on update
@@ -390,11 +451,21 @@ type Agent struct {
 type AgentUpsertParams struct {
 	AgentID      string
 	Name         string
+	Description  string
 	Endpoint     string
 	Capabilities json.RawMessage
 	LinkedAgents json.RawMessage
+	// SubAgentEcho: empty means EchoAggregate.
+	SubAgentEcho string
 	KeyHash      string
 	At           int64
+}
+
+// Links decodes the agent's linked_agents.
+func (a *Agent) Links() []string {
+	var out []string
+	_ = json.Unmarshal(a.LinkedAgents, &out)
+	return out
 }
 
 // ContextBlob is one version of an agent's context entry.

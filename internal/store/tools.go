@@ -25,6 +25,12 @@ type ToolPutParams struct {
 const (
 	ToolKindServer = "server"
 	ToolKindClient = "client"
+	// ToolKindAgent is a call_<agent_id> tool (DESIGN §11): its execution
+	// is a child run, and it may run RUNNING with no deadline (TimeoutMS 0).
+	ToolKindAgent = "agent"
+	// ToolKindMCP calls are executed by this platform like server calls,
+	// as tools/call requests to an MCP server (DESIGN §13).
+	ToolKindMCP = "mcp"
 )
 
 // ToolCall statuses (DESIGN §8).
@@ -53,7 +59,9 @@ var ToolCallActiveStatuses = []string{
 // ToolCallWaitingStatuses are the states that must carry a deadline
 // (deadline_at): the approval expiry while WAITING_APPROVAL, the tool
 // timeout while DISPATCHED, RUNNING or WAITING_CLIENT. The schema refuses
-// such a row without one, so nothing waits forever (DESIGN §2.5).
+// such a row without one, so nothing waits forever (DESIGN §2.5) — except
+// an agent call RUNNING with no timeout (TimeoutMS 0): its child run's end
+// settles it, and that run ends with its parent's.
 var ToolCallWaitingStatuses = []string{
 	ToolCallWaitingApproval, ToolCallDispatched, ToolCallRunning, ToolCallWaitingClient,
 }
@@ -99,7 +107,7 @@ type ToolCall struct {
 	SessionID  string `json:"session_id"`
 	AgentID    string `json:"agent_id"`
 	ToolName   string `json:"tool_name"`
-	// Kind is ToolKindServer or ToolKindClient.
+	// Kind is ToolKindServer, ToolKindClient, ToolKindAgent or ToolKindMCP.
 	Kind   string          `json:"kind"`
 	Status string          `json:"status"`
 	Args   json.RawMessage `json:"args"`
@@ -116,7 +124,8 @@ type ToolCall struct {
 	// DeadlineAt is the deadline of the current waiting state in ms, 0 when
 	// none (see ToolCallWaitingStatuses). Terminal calls have none.
 	DeadlineAt int64 `json:"deadline_at,omitempty"`
-	// TimeoutMS is the tool timeout this call runs under.
+	// TimeoutMS is the tool timeout this call runs under; 0 (agent calls
+	// only) means none.
 	TimeoutMS int64 `json:"timeout_ms"`
 	// Attempts counts claims to run (ToolCallTransitionParams.IncAttempts).
 	Attempts  int   `json:"attempts"`
@@ -222,10 +231,14 @@ type ApprovalDecideParams struct {
 	At        int64
 }
 
-// ApprovalListParams lists approvals, oldest first, optionally only those in
-// Status and/or of SessionID.
+// ApprovalListParams lists approvals, oldest first (newest first with
+// Desc), optionally only those in Status, of SessionID and/or of the
+// sessions of UserID, after the cursor After.
 type ApprovalListParams struct {
 	Status    string
 	SessionID string
+	UserID    string
+	Desc      bool
+	After     *Cursor
 	Limit     int
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/google/cel-go/cel"
@@ -17,7 +18,18 @@ const (
 	KindServer = "server"
 	// KindClient tools run in the end user's client, reached through the ingress.
 	KindClient = "client"
+	// KindAgent tools are call_<agent_id>: their execution is a child run of
+	// that agent (DESIGN §11). Only names with AgentToolPrefix have it.
+	KindAgent = "agent"
+	// KindMCP: see mcpname.go.
 )
+
+// AgentToolPrefix starts the name of every KindAgent tool: call_<agent_id>.
+// Names with it are reserved for agent calls.
+const AgentToolPrefix = "call_"
+
+// AgentToolParameters is the fixed schema of a call_<agent> tool.
+const AgentToolParameters = `{"type":"object","required":["message"],"properties":{"message":{"type":"string","description":"what to ask the agent"}},"additionalProperties":false}`
 
 // Policy decisions (Policy.Decision, Rule.Decision, Decision.Decision).
 const (
@@ -69,9 +81,10 @@ const defaultParameters = `{"type":"object"}`
 // and fills the defaults in.
 type Definition struct {
 	// Name is 1-128 characters of [A-Za-z0-9_.-], e.g. "payments.transfer",
-	// and must map to an OpenAI function name (see FunctionName).
+	// without "--", and must map to an OpenAI function name (see
+	// FunctionName). An MCP tool's is "{server}@{tool}".
 	Name string `json:"tool_name" yaml:"tool_name"`
-	// Kind is KindServer or KindClient.
+	// Kind is KindServer, KindClient, KindMCP or, for call_<agent_id>, KindAgent.
 	Kind string `json:"kind" yaml:"kind"`
 	// Description tells a model what the tool does.
 	Description string `json:"description" yaml:"description"`
@@ -85,12 +98,14 @@ type Definition struct {
 	Endpoint string `json:"endpoint,omitempty" yaml:"endpoint"`
 	// Policy decides whether a call runs, waits for approval or is blocked.
 	Policy Policy `json:"policy" yaml:"policy"`
-	// TimeoutMS bounds one execution; default DefaultTimeoutMS, at most MaxTimeoutMS.
+	// TimeoutMS bounds one execution; default DefaultTimeoutMS (none for
+	// KindAgent), at most MaxTimeoutMS.
 	TimeoutMS int64 `json:"timeout_ms" yaml:"timeout_ms"`
 	// ApprovalTimeoutMS is how long an approval may stay pending before it
 	// expires; default DefaultApprovalTimeoutMS, at most MaxApprovalTimeoutMS.
 	ApprovalTimeoutMS int64 `json:"approval_timeout_ms" yaml:"approval_timeout_ms"`
-	// OnFailure is OnFailureFailRun (default) or OnFailureReturnToAgent.
+	// OnFailure is OnFailureFailRun (default; OnFailureReturnToAgent for
+	// KindAgent) or OnFailureReturnToAgent.
 	OnFailure string `json:"on_failure" yaml:"on_failure"`
 	// Agents lists the agent ids allowed to call the tool; empty means every agent.
 	Agents []string `json:"agents,omitempty" yaml:"agents"`
@@ -188,9 +203,10 @@ func Compile(d Definition) (*Tool, error) {
 	d.Policy.Rules = slices.Clone(d.Policy.Rules)
 	d.Redact = slices.Clone(d.Redact)
 
-	if err := checkName(d.Name); err != nil {
+	if err := checkName(d.Name, d.Kind); err != nil {
 		return nil, err
 	}
+	agentTool := strings.HasPrefix(d.Name, AgentToolPrefix)
 	switch d.Kind {
 	case KindServer:
 		if d.Endpoint == "" {
@@ -200,10 +216,31 @@ func Compile(d Definition) (*Tool, error) {
 		if d.Endpoint != "" {
 			return nil, invalid("endpoint", nil, "must be empty for a client tool (it runs in the user's client)")
 		}
+	case KindAgent:
+		if !agentTool {
+			return nil, invalid("kind", nil, "%q is only for tools named %s<agent_id>", KindAgent, AgentToolPrefix)
+		}
+		if d.Endpoint != "" {
+			return nil, invalid("endpoint", nil, "must be empty for an agent tool (its execution is a run of the agent)")
+		}
+		if len(d.Parameters) > 0 && string(d.Parameters) != AgentToolParameters {
+			return nil, invalid("parameters", nil, "are fixed for an agent tool: {message: string}")
+		}
+		if len(d.Agents) > 0 {
+			return nil, invalid("agents", nil, "must be empty for an agent tool: the calling agent's linked_agents decide who may call it")
+		}
+		d.Parameters = json.RawMessage(AgentToolParameters)
+	case KindMCP:
+		if d.Endpoint != "" {
+			return nil, invalid("endpoint", nil, "must be empty for an MCP tool (it runs on its MCP server)")
+		}
 	case "":
-		return nil, invalid("kind", nil, `is required: "server" or "client"`)
+		return nil, invalid("kind", nil, `is required: "server", "client" or "mcp"`)
 	default:
-		return nil, invalid("kind", nil, `must be "server" or "client", not %q`, d.Kind)
+		return nil, invalid("kind", nil, `must be "server", "client" or "mcp", not %q`, d.Kind)
+	}
+	if agentTool && d.Kind != KindAgent {
+		return nil, invalid("tool_name", nil, "names starting with %q are reserved for calls of agents (kind %q)", AgentToolPrefix, KindAgent)
 	}
 	if len(d.Description) > MaxDescriptionLen {
 		return nil, invalid("description", nil, "is %d bytes; at most %d are allowed", len(d.Description), MaxDescriptionLen)
@@ -218,7 +255,13 @@ func Compile(d Definition) (*Tool, error) {
 	}
 	d.Parameters = params
 
-	if d.TimeoutMS, err = defaultInRange("timeout_ms", d.TimeoutMS, DefaultTimeoutMS, MaxTimeoutMS); err != nil {
+	// An agent call has no timeout unless one is given: it runs as long as
+	// its child run (0 stays 0, "none").
+	timeoutDefault := int64(DefaultTimeoutMS)
+	if d.Kind == KindAgent {
+		timeoutDefault = 0
+	}
+	if d.TimeoutMS, err = defaultInRange("timeout_ms", d.TimeoutMS, timeoutDefault, MaxTimeoutMS); err != nil {
 		return nil, err
 	}
 	if d.ApprovalTimeoutMS, err = defaultInRange("approval_timeout_ms", d.ApprovalTimeoutMS, DefaultApprovalTimeoutMS, MaxApprovalTimeoutMS); err != nil {
@@ -228,6 +271,10 @@ func Compile(d Definition) (*Tool, error) {
 	switch d.OnFailure {
 	case "":
 		d.OnFailure = OnFailureFailRun
+		if d.Kind == KindAgent {
+			// A sub-agent's failure is the calling agent's to handle (seed 002).
+			d.OnFailure = OnFailureReturnToAgent
+		}
 	case OnFailureFailRun, OnFailureReturnToAgent:
 	default:
 		return nil, invalid("on_failure", nil, `must be "fail_run" or "return_to_agent", not %q`, d.OnFailure)
@@ -254,10 +301,20 @@ func Compile(d Definition) (*Tool, error) {
 }
 
 // checkName enforces the name pattern and that the OpenAI function name
-// derived from it is valid and maps back to it (see FunctionName).
-func checkName(name string) error {
+// derived from it is valid and maps back to it (see FunctionName). MCP
+// tools, and only they, are named "{server}@{tool}".
+func checkName(name, kind string) error {
 	if name == "" {
 		return invalid("tool_name", nil, "is required")
+	}
+	if kind == KindMCP || IsMCPName(name) {
+		if kind != KindMCP && kind != "" {
+			return invalid("tool_name", nil, `"{server}@{tool}" names an MCP server's tool; its kind is "mcp"`)
+		}
+		return checkMCPName(name)
+	}
+	if strings.Contains(name, mcpFunctionSeparator) {
+		return invalid("tool_name", nil, `must not contain "--": that is how OpenAI function names spell the "@" of an MCP tool, got %q`, truncateRunes(name, 140))
 	}
 	if len(name) > MaxNameLen || !namePattern.MatchString(name) {
 		return invalid("tool_name", nil, "must be 1-%d characters of [A-Za-z0-9_.-], got %q", MaxNameLen, truncateRunes(name, 140))

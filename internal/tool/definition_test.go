@@ -257,3 +257,44 @@ func TestCompileAcceptsNames(t *testing.T) {
 		}
 	}
 }
+
+// call_<agent> tools (issue 9): kind agent only for call_ names (and call_
+// names only with kind agent), fixed parameters, no timeout and
+// return_to_agent by default, no agents list.
+func TestCompileAgentTool(t *testing.T) {
+	tl, err := tool.Compile(tool.Definition{Name: "call_planner", Kind: tool.KindAgent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(tl.Def.Parameters) != tool.AgentToolParameters || tl.Def.TimeoutMS != 0 || tl.Def.OnFailure != tool.OnFailureReturnToAgent ||
+		tl.Def.ApprovalTimeoutMS != tool.DefaultApprovalTimeoutMS || tl.Def.Policy.Decision != tool.DecisionAllow {
+		t.Fatalf("defaults: %+v", tl.Def)
+	}
+	if err := tl.ValidateArgs([]byte(`{"message":"hi"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{`{}`, `{"message":1}`, `{"message":"hi","extra":true}`} {
+		if err := tl.ValidateArgs([]byte(bad)); err == nil {
+			t.Errorf("args %s accepted", bad)
+		}
+	}
+	tl, err = tool.Compile(tool.Definition{Name: "call_planner", Kind: tool.KindAgent, TimeoutMS: 5000, OnFailure: tool.OnFailureFailRun, Parameters: []byte(tool.AgentToolParameters)})
+	if err != nil || tl.Def.TimeoutMS != 5000 || tl.Def.OnFailure != tool.OnFailureFailRun {
+		t.Fatalf("override: %+v, %v", tl, err)
+	}
+	for name, d := range map[string]tool.Definition{
+		"agent kind, other name":   {Name: "planner", Kind: tool.KindAgent},
+		"call_ name, server kind":  {Name: "call_planner", Kind: tool.KindServer, Endpoint: "http://x"},
+		"call_ name, client kind":  {Name: "call_planner", Kind: tool.KindClient},
+		"endpoint":                 {Name: "call_planner", Kind: tool.KindAgent, Endpoint: "http://x"},
+		"other parameters":         {Name: "call_planner", Kind: tool.KindAgent, Parameters: []byte(`{"type":"object"}`)},
+		"agents list":              {Name: "call_planner", Kind: tool.KindAgent, Agents: []string{"a"}},
+		"timeout out of range":     {Name: "call_planner", Kind: tool.KindAgent, TimeoutMS: tool.MaxTimeoutMS + 1},
+		"function name too long":   {Name: "call_" + strings.Repeat("a", 60), Kind: tool.KindAgent},
+		"name maps back elsewhere": {Name: "call__x", Kind: tool.KindAgent},
+	} {
+		if _, err := tool.Compile(d); err == nil {
+			t.Errorf("%s: compiled", name)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package toolsvc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -56,11 +57,18 @@ func newHarness(t *testing.T, dialect string) *harness {
 			}
 			return q.SessionHasClient(ctx, s, 0)
 		}})
-	h.runs = run.New(h.log, run.Options{InstanceID: "test", Invoker: &agent.Client{}, OnEnd: h.svc.OnRunEnd, HeartbeatInterval: time.Hour, Now: clock})
+	// Agents (the children of call_<agent> calls) live on loopback.
+	allow, err := agent.ParseAllowlist("127.0.0.1/32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.runs = run.New(h.log, run.Options{InstanceID: "test", Invoker: &agent.Client{HTTP: agent.NewHTTPClient(allow)},
+		OnEnd: h.svc.OnRunEnd, OnChildEnd: h.svc.OnChildEnd, MaxCallDepth: 2, HeartbeatInterval: time.Hour, Now: clock})
 	h.svc.SetRuns(h.runs)
 	h.srv = httptest.NewServer(http.HandlerFunc(h.serveTool))
 	t.Cleanup(func() {
 		h.srv.Close()
+		h.runs.Shutdown(context.Background())
 		h.svc.Stop()
 		h.log.Stop()
 	})
@@ -106,7 +114,7 @@ func (h *harness) totalExecutions() int {
 // put registers a tool; serverTool points it at the harness endpoint.
 func (h *harness) put(d tool.Definition) {
 	h.t.Helper()
-	if d.Kind == "" {
+	if d.Kind == "" && !isAgentTool(d.Name) {
 		d.Kind = tool.KindServer
 	}
 	if d.Kind == tool.KindServer && d.Endpoint == "" {
@@ -192,7 +200,8 @@ func (h *harness) finish() {
 		h.t.Fatal(err)
 	}
 	for _, r := range active {
-		if _, err := h.runs.Cancel(h.ctx, run.CancelParams{RunID: r.RunID, Reason: "test over"}); err != nil {
+		// A child is cancelled with its parent: it may have ended already.
+		if _, err := h.runs.Cancel(h.ctx, run.CancelParams{RunID: r.RunID, Reason: "test over"}); err != nil && !errors.Is(err, run.ErrRunNotActive) {
 			h.t.Fatalf("cancel %s: %v", r.RunID, err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agentplane/agentplane/internal/eventlog"
@@ -28,6 +29,10 @@ type InvokeParams struct {
 	IdempotencyKey string
 	// TimeoutMS overrides the tool's timeout for this call (0: the tool's).
 	TimeoutMS int64
+	// NoWait answers as soon as the call is created, without the inline
+	// wait for an allowed server or MCP tool: for a caller that waits
+	// itself (the /mcp server, which sends progress meanwhile).
+	NoWait bool
 }
 
 // errRunEnded rolls back an insert made for a run that has ended.
@@ -47,7 +52,7 @@ func (s *Service) Invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 	if p.TimeoutMS < 0 || p.TimeoutMS > tool.MaxTimeoutMS {
 		return nil, badRequest("invalid_request", fmt.Sprintf("timeout_ms must be between 1 and %d", tool.MaxTimeoutMS))
 	}
-	t, _, err := s.registry.get(ctx, p.ToolName)
+	t, err := s.lookup(ctx, p.ToolName)
 	if err != nil {
 		return nil, err
 	}
@@ -60,6 +65,17 @@ func (s *Service) Invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 	}
 	if !t.AllowsAgent(p.AgentID) {
 		return nil, ErrToolForbidden
+	}
+	target := ""
+	if t.Def.Kind == tool.KindAgent {
+		// The caller's links decide, not the tool's agents list; refused
+		// here with the direct form's codes, before a call exists.
+		target = strings.TrimPrefix(t.Def.Name, tool.AgentToolPrefix)
+		if s.opts.Runs != nil {
+			if err := s.opts.Runs.CheckLink(ctx, s.st, run, target); err != nil {
+				return nil, err
+			}
+		}
 	}
 	args := p.Args
 	if len(bytes.TrimSpace(args)) == 0 || bytes.Equal(bytes.TrimSpace(args), []byte("null")) {
@@ -88,7 +104,7 @@ func (s *Service) Invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 		timeout = p.TimeoutMS
 	}
 	callID, approvalID := ids.New("tc"), ids.New("ap")
-	pr := policyRecord{Decision: decision.Decision, Rule: decision.Rule, Expr: decision.Expr, Endpoint: t.Def.Endpoint, OnFailure: t.Def.OnFailure}
+	pr := policyRecord{Decision: decision.Decision, Rule: decision.Rule, Expr: decision.Expr, Endpoint: t.Def.Endpoint, OnFailure: t.Def.OnFailure, Agent: target}
 	// Redaction: what is stored and shown has "[redacted]" at the tool's
 	// paths; the real args stay in this process's memory until the call is
 	// sent (redact.go). They are held before the commit, which may start
@@ -164,19 +180,20 @@ func (s *Service) Invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 			e.Details = map[string]any{"tool_call_id": existing.ToolCallID}
 			return nil, &e
 		}
-		return s.settle(ctx, existing)
+		return s.settle(ctx, existing, p.NoWait)
 	}
 	c, err := s.st.ToolCallGet(ctx, callID)
 	if err != nil {
 		return nil, err
 	}
-	return s.settle(ctx, c)
+	return s.settle(ctx, c, p.NoWait)
 }
 
-// settle answers an invoke: an allowed server call still in flight is
-// waited for (bounded), anything else is answered as it stands.
-func (s *Service) settle(ctx context.Context, c *store.ToolCall) (*CallView, error) {
-	if c.Kind == store.ToolKindServer && (c.Status == store.ToolCallDispatched || c.Status == store.ToolCallRunning) {
+// settle answers an invoke: an allowed server, MCP or agent call still in
+// flight is waited for (bounded) unless the caller waits itself (noWait),
+// anything else is answered as it stands.
+func (s *Service) settle(ctx context.Context, c *store.ToolCall, noWait bool) (*CallView, error) {
+	if !noWait && (c.Kind == store.ToolKindServer || c.Kind == store.ToolKindMCP || c.Kind == store.ToolKindAgent) && (c.Status == store.ToolCallDispatched || c.Status == store.ToolCallRunning) {
 		return s.wait(ctx, c, s.opts.InlineWait)
 	}
 	return View(c), nil

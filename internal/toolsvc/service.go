@@ -22,13 +22,24 @@ import (
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/metrics"
+	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
 )
 
-// RunGuard closes a run's agent request when something outside the run
-// loop ends the run (run.Manager.Guard).
+// RunGuard is what the tool service needs of the run manager
+// (run.Manager): closing a run's agent request when something outside the
+// run loop ends the run, ending a run inside a tool transaction, and
+// starting the child run of a call_<agent> call.
 type RunGuard interface {
 	Guard(runID string, fn func() (ended bool, err error)) error
+	// EndTx ends a run in the caller's transaction with everything its end
+	// implies (its descendants, its calls, its caller's call).
+	EndTx(ctx context.Context, tx store.Queries, r *store.Run, at int64, end run.End) ([]store.EventParams, []*store.Run, error)
+	// BeginChild starts a child run in the caller's transaction; launch
+	// runs after the commit.
+	BeginChild(ctx context.Context, tx store.Queries, parent *store.Run, p run.ChildParams) (*run.ChildStarted, []store.EventParams, func(), error)
+	// CheckLink refuses a call the caller's links or the depth limit forbid.
+	CheckLink(ctx context.Context, q store.Queries, parent *store.Run, agentID string) error
 }
 
 // Options configure a Service. Zero values pick defaults.
@@ -46,7 +57,9 @@ type Options struct {
 	// it holds the only writer connection). An error aborts the dispatch.
 	// Nil means no client ever is: client tools fail with client_offline.
 	ClientConnected func(ctx context.Context, q store.Queries, sessionID string) (bool, error)
-	// Runs, when set, stops the agent stream of a run a tool call fails.
+	// Runs, when set, stops the agent stream of a run a tool call fails,
+	// ends runs with their trees, and runs call_<agent> calls (without it
+	// they fail sub_agent_failed).
 	Runs RunGuard
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
@@ -70,16 +83,22 @@ type Service struct {
 	st   store.Store
 	opts Options
 
-	registry registry
-	waiters  *waiters
-	held     heldArgs // real args of redacted calls (redact.go)
+	registry   registry
+	agentTools agentTools
+	waiters    *waiters
+	inflight   mcpInflight
+	held       heldArgs // real args of redacted calls (redact.go)
 
 	execCtx    context.Context
 	execCancel context.CancelFunc
 	execWG     sync.WaitGroup
 
-	calls    *metrics.Counter
-	duration *metrics.Histogram
+	calls    *metrics.CounterVec
+	duration *metrics.HistogramVec
+	offline  *metrics.CounterVec
+	waited   *metrics.HistogramVec
+	runsEnd  *metrics.CounterVec
+	runsDur  *metrics.HistogramVec
 
 	bgCancel context.CancelFunc
 	bgDone   chan struct{}
@@ -113,10 +132,13 @@ func New(log *eventlog.Log, opts Options) *Service {
 	s := &Service{log: log, st: log.Store(), opts: opts, waiters: newWaiters()}
 	s.registry.st = s.st
 	s.execCtx, s.execCancel = context.WithCancel(context.Background())
-	s.calls = opts.Metrics.Counter("agentplane_tool_calls_total", "Tool calls ended, by tool and final state.", "outcome")
-	s.duration = opts.Metrics.Histogram("agentplane_tool_call_duration_seconds", "Tool call duration from creation to its final state.", "state", metrics.DurationBuckets)
+	s.calls, s.duration = metrics.ToolCalls(opts.Metrics), metrics.ToolCallDuration(opts.Metrics)
+	s.offline, s.waited = metrics.ClientOffline(opts.Metrics), metrics.ApprovalWait(opts.Metrics)
+	s.runsEnd, s.runsDur = metrics.RunsFinished(opts.Metrics), metrics.RunDuration(opts.Metrics)
 	opts.Metrics.GaugeFunc("agentplane_tool_waits_pending", "Long-polls (:wait and inline invoke waits) this process holds.", func() float64 { return float64(s.waiters.count()) })
 	log.Observe(s.waiters.committed, s.remoteMoved)
+	log.Observe(s.callEnded, s.remoteEnded)
+	log.Observe(s.observeMetrics, nil)
 	return s
 }
 

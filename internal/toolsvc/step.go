@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
 )
 
@@ -20,6 +21,8 @@ type policyRecord struct {
 	Expr      string `json:"expr,omitempty"`
 	Endpoint  string `json:"endpoint,omitempty"`
 	OnFailure string `json:"on_failure"`
+	// Agent is the agent a call_<agent> call runs.
+	Agent string `json:"agent,omitempty"`
 	// ArgsRedacted: the stored args are redacted; the real ones are held
 	// in memory by process ArgsHolder (instance ArgsHeldBy) — redact.go.
 	ArgsRedacted bool   `json:"args_redacted,omitempty"`
@@ -47,6 +50,7 @@ type step struct {
 
 	evs      []store.EventParams
 	toRun    []*store.ToolCall // server calls to execute after commit
+	launch   []func()          // child runs to drive after commit
 	ended    []*store.ToolCall // calls that reached a final state
 	runEnded bool              // this step failed the run
 }
@@ -81,12 +85,14 @@ func (s *Service) commit(ctx context.Context, sessionID, runID string, fn func(s
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range st.ended {
-		s.calls.Add(c.ToolName+":"+c.Status, 1)
-		s.duration.Observe(c.Status, float64(c.UpdatedAt-c.CreatedAt)/1000)
+	if st.runEnded {
+		s.runFailedMetrics(st.run)
 	}
 	for _, c := range st.toRun {
 		s.startExec(c)
+	}
+	for _, launch := range st.launch {
+		launch()
 	}
 	return st, nil
 }
@@ -153,9 +159,12 @@ func (st *step) dispatch(c *store.ToolCall) (*store.ToolCall, error) {
 	if err != nil {
 		return c, err
 	}
-	if c.Kind == store.ToolKindServer {
+	switch c.Kind {
+	case store.ToolKindServer, store.ToolKindMCP:
 		st.toRun = append(st.toRun, c)
 		return c, st.syncRun(c, nil)
+	case store.ToolKindAgent:
+		return st.dispatchAgent(c)
 	}
 	online := false
 	if connected := st.s.opts.ClientConnected; connected != nil {
@@ -205,11 +214,11 @@ func (st *step) syncRun(c *store.ToolCall, extra map[string]any) error {
 	if want == st.run.Status {
 		return nil
 	}
-	run, err := st.q.RunTransition(st.ctx, &store.RunTransitionParams{RunID: st.run.RunID, From: []string{st.run.Status}, Status: want, At: st.at})
+	r, err := st.q.RunTransition(st.ctx, &store.RunTransitionParams{RunID: st.run.RunID, From: []string{st.run.Status}, Status: want, At: st.at})
 	if err != nil {
 		return fmt.Errorf("run %s to %s: %w", st.run.RunID, want, err)
 	}
-	st.run = run
+	st.run = r
 	detail := map[string]any{"tool_call_id": c.ToolCallID, "tool_name": c.ToolName, "outcome": c.Status}
 	if c.ApprovalID != "" {
 		detail["approval_id"] = c.ApprovalID
@@ -229,22 +238,37 @@ func (st *step) failRun(c *store.ToolCall, e *CallError) error {
 	}
 	msg := fmt.Sprintf("tool %s failed (%s): %s", c.ToolName, e.Code, e.Message)
 	errJSON, _ := json.Marshal(map[string]string{"code": e.Code, "message": msg, "tool_call_id": c.ToolCallID, "tool_name": c.ToolName})
-	run, err := st.q.RunTransition(st.ctx, &store.RunTransitionParams{RunID: st.run.RunID, From: store.RunActiveStatuses, Status: store.RunFailed, At: st.at, Error: errJSON})
+	if runs := st.s.opts.Runs; runs != nil {
+		// The run manager's end: the run's descendants, its calls, and the
+		// call of its own caller when it is a child, in this transaction.
+		evs, ended, err := runs.EndTx(st.ctx, st.q, st.run, st.at, run.End{Status: store.RunFailed, Error: errJSON,
+			Reason: "the run failed: " + msg, Invoke: map[string]any{"ended_by": "tool_call"}})
+		if err != nil || len(ended) == 0 {
+			return err
+		}
+		st.run = ended[len(ended)-1]
+		st.runEnded = true
+		st.evs = append(st.evs, evs...)
+		return nil
+	}
+	// Without a run manager (tests of this package alone): the run's own
+	// end and its calls.
+	r, err := st.q.RunTransition(st.ctx, &store.RunTransitionParams{RunID: st.run.RunID, From: store.RunActiveStatuses, Status: store.RunFailed, At: st.at, Error: errJSON})
 	if errors.Is(err, store.ErrConflict) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	st.run = run
+	st.run = r
 	st.runEnded = true
 	if err := st.cascade("the run failed: " + msg); err != nil {
 		return err
 	}
 	invokeDone, _ := json.Marshal(map[string]any{"ok": false, "error": json.RawMessage(errJSON), "ended_by": "tool_call"})
 	st.evs = append(st.evs,
-		store.EventParams{SessionID: run.SessionID, RunID: run.RunID, ParentRunID: run.ParentRunID, TS: st.at, Type: eventlog.TypeAgentInvokeDone, Payload: invokeDone},
-		store.EventParams{SessionID: run.SessionID, RunID: run.RunID, ParentRunID: run.ParentRunID, TS: st.at, Type: eventlog.TypeRunFailed, Payload: errJSON})
+		store.EventParams{SessionID: r.SessionID, RunID: r.RunID, ParentRunID: r.ParentRunID, TS: st.at, Type: eventlog.TypeAgentInvokeDone, Payload: invokeDone},
+		store.EventParams{SessionID: r.SessionID, RunID: r.RunID, ParentRunID: r.ParentRunID, TS: st.at, Type: eventlog.TypeRunFailed, Payload: errJSON})
 	return nil
 }
 
@@ -302,7 +326,7 @@ func (st *step) cascade(reason string) error {
 func (st *step) endOnRunEnd(c *store.ToolCall, reason string) (prev, ended *store.ToolCall, err error) {
 	for {
 		to, errJSON := store.ToolCallCancelled, errorJSON("cancelled", reason, nil)
-		if c.Kind == store.ToolKindServer && c.Status == store.ToolCallRunning {
+		if (c.Kind == store.ToolKindServer || c.Kind == store.ToolKindMCP) && c.Status == store.ToolCallRunning {
 			to, errJSON = store.ToolCallFailed, errorJSON("outcome_unknown",
 				reason+" while the tool was running: it may have run, but its result was not received", nil)
 		}

@@ -57,6 +57,10 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 			case store.ToolCallDispatched, store.ToolCallRunning, store.ToolCallWaitingClient:
 				msg := fmt.Sprintf("no result within the tool timeout of %d ms", c.TimeoutMS)
 				_, err = st.finish(c, []string{c.Status}, store.ToolCallTimeout, nil, errorJSON("timeout", msg, nil), now)
+				if err == nil && c.Kind == store.ToolKindAgent {
+					// The call's execution is a child run: it stops with the call.
+					err = st.endChild(c, "timeout", fmt.Sprintf("the %s tool call that started this run timed out after %d ms", c.ToolName, c.TimeoutMS))
+				}
 			default:
 				return nil
 			}

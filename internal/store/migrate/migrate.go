@@ -11,9 +11,17 @@ import (
 	"strings"
 )
 
+// foreignKeysOff marks a SQLite migration that rebuilds a table other tables
+// reference: SQLite changes a constraint only by rebuilding, and the rebuild
+// must run with foreign keys off (a pragma that is a no-op inside a
+// transaction), then check them before committing
+// (https://www.sqlite.org/lang_altertable.html#otheralter).
+const foreignKeysOff = "-- agentplane:foreign-keys-off"
+
 // Apply runs every *.sql file in dir of fsys not yet recorded. With
 // advisoryLock (PostgreSQL) concurrent starters take turns, so two replicas
-// booting together do not both migrate.
+// booting together do not both migrate. A file whose first line is
+// foreignKeysOff runs with SQLite's foreign keys off and checked at its end.
 func Apply(ctx context.Context, db *sql.DB, fsys fs.FS, dir string, advisoryLock bool) error {
 	names, err := fs.Glob(fsys, dir+"/*.sql")
 	if err != nil {
@@ -47,21 +55,52 @@ func Apply(ctx context.Context, db *sql.DB, fsys fs.FS, dir string, advisoryLock
 		if err != nil {
 			return fmt.Errorf("migrate: %w", err)
 		}
-		tx, err := conn.BeginTx(ctx, nil)
+		if err := applyOne(ctx, conn, version, string(body)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func applyOne(ctx context.Context, conn *sql.Conn, version, body string) (err error) {
+	fkOff := strings.HasPrefix(body, foreignKeysOff)
+	if fkOff {
+		if _, err := conn.ExecContext(ctx, `PRAGMA foreign_keys = OFF`); err != nil {
+			return fmt.Errorf("migrate %s: %w", version, err)
+		}
+		defer func() {
+			if _, e := conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA foreign_keys = ON`); e != nil && err == nil {
+				err = fmt.Errorf("migrate %s: foreign keys back on: %w", version, e)
+			}
+		}()
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", version, err)
+	}
+	if _, err := tx.ExecContext(ctx, body); err != nil {
+		tx.Rollback()
+		return fmt.Errorf("migrate %s: %w", version, err)
+	}
+	if fkOff {
+		rows, err := tx.QueryContext(ctx, `PRAGMA foreign_key_check`)
 		if err != nil {
-			return fmt.Errorf("migrate %s: %w", version, err)
-		}
-		if _, err := tx.ExecContext(ctx, string(body)); err != nil {
 			tx.Rollback()
-			return fmt.Errorf("migrate %s: %w", version, err)
+			return fmt.Errorf("migrate %s: foreign key check: %w", version, err)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version) VALUES ('`+version+`')`); err != nil {
+		broken := rows.Next()
+		rows.Close()
+		if broken {
 			tx.Rollback()
-			return fmt.Errorf("migrate %s: %w", version, err)
+			return fmt.Errorf("migrate %s: the rebuilt tables break a foreign key", version)
 		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("migrate %s: %w", version, err)
-		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version) VALUES ('`+version+`')`); err != nil {
+		tx.Rollback()
+		return fmt.Errorf("migrate %s: %w", version, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate %s: %w", version, err)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"strings"
 	"time"
@@ -102,3 +103,7 @@ func Open(ctx context.Context, url string, opts Options) (*sqlstore.DB, error) {
 	}
 	return sqlstore.New(dialect, db, db), nil
 }
+
+// Migrations is the embedded migrations directory ("migrations/*.sql"),
+// for tests that build a database at an older version.
+func Migrations() fs.FS { return migrations }

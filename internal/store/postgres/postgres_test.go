@@ -23,10 +23,10 @@ func TestTextColumnsMigrationKeepsData(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	old := fstest.MapFS{}
-	names, _ := fs.Glob(postgres.Migrations, "migrations/*.sql")
+	names, _ := fs.Glob(postgres.Migrations(), "migrations/*.sql")
 	for _, n := range names {
 		if n < "migrations/0004" {
-			b, _ := fs.ReadFile(postgres.Migrations, n)
+			b, _ := fs.ReadFile(postgres.Migrations(), n)
 			old[n] = &fstest.MapFile{Data: b}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -126,3 +127,7 @@ func startCheckpointer(db *sql.DB) func() {
 	}()
 	return func() { cancel(); <-done }
 }
+
+// Migrations is the embedded migrations directory ("migrations/*.sql"),
+// for tests that build a database at an older version.
+func Migrations() fs.FS { return migrations }

@@ -7,11 +7,11 @@ import (
 	"github.com/agentplane/agentplane/internal/store"
 )
 
-const agentCols = `agent_id, name, endpoint, capabilities, linked_agents, key_hash, status, last_heartbeat_at, last_probe_at, created_at, updated_at`
+const agentCols = `agent_id, name, description, endpoint, capabilities, linked_agents, sub_agent_echo, key_hash, status, last_heartbeat_at, last_probe_at, created_at, updated_at`
 
 func scanAgent(row interface{ Scan(...any) error }) (*store.Agent, error) {
 	var a store.Agent
-	err := row.Scan(&a.AgentID, &a.Name, &a.Endpoint, nullJSON{&a.Capabilities}, nullJSON{&a.LinkedAgents}, &a.KeyHash,
+	err := row.Scan(&a.AgentID, &a.Name, &a.Description, &a.Endpoint, nullJSON{&a.Capabilities}, nullJSON{&a.LinkedAgents}, &a.SubAgentEcho, &a.KeyHash,
 		&a.Status, &a.LastHeartbeatAt, &a.LastProbeAt, &a.CreatedAt, &a.UpdatedAt)
 	if err != nil {
 		return nil, err
@@ -22,14 +22,18 @@ func scanAgent(row interface{ Scan(...any) error }) (*store.Agent, error) {
 // AgentUpsert registers an agent or updates it; an empty KeyHash keeps the
 // stored key (re-registration without rotation).
 func (q *queries) AgentUpsert(ctx context.Context, p *store.AgentUpsertParams) (*store.Agent, error) {
-	a, err := scanAgent(q.queryRow(ctx, true, `INSERT INTO agents (agent_id, name, endpoint, capabilities, linked_agents, key_hash, status, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, 'unknown', ?, ?)
-		ON CONFLICT (agent_id) DO UPDATE SET name = excluded.name, endpoint = excluded.endpoint,
-			capabilities = excluded.capabilities, linked_agents = excluded.linked_agents,
+	echo := p.SubAgentEcho
+	if echo == "" {
+		echo = store.EchoAggregate
+	}
+	a, err := scanAgent(q.queryRow(ctx, true, `INSERT INTO agents (agent_id, name, description, endpoint, capabilities, linked_agents, sub_agent_echo, key_hash, status, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'unknown', ?, ?)
+		ON CONFLICT (agent_id) DO UPDATE SET name = excluded.name, description = excluded.description, endpoint = excluded.endpoint,
+			capabilities = excluded.capabilities, linked_agents = excluded.linked_agents, sub_agent_echo = excluded.sub_agent_echo,
 			key_hash = CASE WHEN excluded.key_hash = '' THEN agents.key_hash ELSE excluded.key_hash END,
 			updated_at = excluded.updated_at
 		RETURNING `+agentCols,
-		p.AgentID, p.Name, p.Endpoint, jsonArg(p.Capabilities, "[]"), jsonArg(p.LinkedAgents, "[]"), p.KeyHash, p.At, p.At))
+		p.AgentID, p.Name, p.Description, p.Endpoint, jsonArg(p.Capabilities, "[]"), jsonArg(p.LinkedAgents, "[]"), echo, p.KeyHash, p.At, p.At))
 	if err != nil {
 		return nil, fmt.Errorf("upsert agent %s: %w", p.AgentID, mapErr(q.d, err))
 	}

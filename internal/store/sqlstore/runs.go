@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,33 +10,99 @@ import (
 	"github.com/agentplane/agentplane/internal/store"
 )
 
-const runCols = `run_id, session_id, agent_id, parent_run_id, user_id, status, owner, started_at, ended_at, error, usage`
+const runCols = `run_id, session_id, agent_id, parent_run_id, root_run_id, depth, user_id, status, owner, started_at, ended_at, error, usage, child_key, tool_call_id`
 
 func scanRun(row interface{ Scan(...any) error }) (*store.Run, error) {
 	var r store.Run
-	err := row.Scan(&r.RunID, &r.SessionID, &r.AgentID, &r.ParentRunID, &r.UserID, &r.Status, &r.Owner,
-		&r.StartedAt, nullInt{&r.EndedAt}, nullJSON{&r.Error}, nullJSON{&r.Usage})
+	var childKey sql.NullString
+	err := row.Scan(&r.RunID, &r.SessionID, &r.AgentID, &r.ParentRunID, &r.RootRunID, &r.Depth, &r.UserID, &r.Status, &r.Owner,
+		&r.StartedAt, nullInt{&r.EndedAt}, nullJSON{&r.Error}, nullJSON{&r.Usage}, &childKey, &r.ToolCallID)
 	if err != nil {
 		return nil, err
 	}
+	r.ChildKey = childKey.String
 	return &r, nil
 }
 
-// RunInsert inserts a RUNNING run. ON CONFLICT DO NOTHING covers both the
-// primary key and the one-active-root-run-per-session index, so a busy
-// session is a clean ErrConflict rather than an aborted transaction.
-func (q *queries) RunInsert(ctx context.Context, p *store.RunInsertParams) (*store.Run, error) {
-	r, err := scanRun(q.queryRow(ctx, true, `INSERT INTO runs (run_id, session_id, agent_id, parent_run_id, user_id, status, owner, started_at)
-		VALUES (?, ?, ?, ?, ?, 'RUNNING', ?, ?) ON CONFLICT DO NOTHING RETURNING `+runCols,
-		p.RunID, p.SessionID, p.AgentID, p.ParentRunID, p.UserID, p.Owner, p.StartedAt))
-	if err != nil {
-		err = mapErr(q.d, err)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, fmt.Errorf("insert run %s: session %s has an active run: %w", p.RunID, p.SessionID, store.ErrConflict)
+func scanRuns(rows *rows) ([]*store.Run, error) {
+	defer rows.Close()
+	out := []*store.Run{}
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// RunInsert inserts a RUNNING run. ON CONFLICT DO NOTHING covers the
+// primary key, the one-active-root-run-per-session index and the child key
+// index, so a busy session or a repeated child is a clean answer rather
+// than an aborted transaction. A concurrent inserter of the same child key
+// waits for the first to commit and then does nothing, so the SELECT that
+// follows sees the winner, which comes back with ErrDuplicate.
+func (q *queries) RunInsert(ctx context.Context, p *store.RunInsertParams) (*store.Run, error) {
+	root := p.RootRunID
+	if root == "" {
+		root = p.RunID
+	}
+	var childKey any
+	if p.ChildKey != "" {
+		childKey = p.ChildKey
+	}
+	r, err := scanRun(q.queryRow(ctx, true, `INSERT INTO runs (run_id, session_id, agent_id, parent_run_id, root_run_id, depth, user_id, status, owner, started_at, child_key, tool_call_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, 'RUNNING', ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING `+runCols,
+		p.RunID, p.SessionID, p.AgentID, p.ParentRunID, root, p.Depth, p.UserID, p.Owner, p.StartedAt, childKey, p.ToolCallID))
+	if err == nil {
+		return r, nil
+	}
+	if err = mapErr(q.d, err); !errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("insert run %s: %w", p.RunID, err)
 	}
-	return r, nil
+	if p.ChildKey != "" {
+		r, err := scanRun(q.queryRow(ctx, true, `SELECT `+runCols+` FROM runs WHERE parent_run_id = ? AND child_key = ?`, p.ParentRunID, p.ChildKey))
+		if err == nil {
+			return r, fmt.Errorf("insert run: run %s already has a child with key %q (%s): %w", p.ParentRunID, p.ChildKey, r.RunID, store.ErrDuplicate)
+		}
+		if err = mapErr(q.d, err); !errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("insert run %s: %w", p.RunID, err)
+		}
+	}
+	if p.ParentRunID != "" {
+		return nil, fmt.Errorf("insert run %s: id taken: %w", p.RunID, store.ErrConflict)
+	}
+	return nil, fmt.Errorf("insert run %s: session %s has an active run: %w", p.RunID, p.SessionID, store.ErrConflict)
+}
+
+// RunListChildren lists a run's children, oldest first.
+func (q *queries) RunListChildren(ctx context.Context, parentRunID string) ([]*store.Run, error) {
+	if parentRunID == "" {
+		return []*store.Run{}, nil // roots are not anybody's children
+	}
+	rows, err := q.query(ctx, `SELECT `+runCols+` FROM runs WHERE parent_run_id = ? ORDER BY started_at, run_id`, parentRunID)
+	if err != nil {
+		return nil, fmt.Errorf("list children of run %s: %w", parentRunID, err)
+	}
+	out, err := scanRuns(rows)
+	if err != nil {
+		return nil, fmt.Errorf("list children of run %s: %w", parentRunID, err)
+	}
+	return out, nil
+}
+
+// RunListTree lists the runs of one tree, shallowest first.
+func (q *queries) RunListTree(ctx context.Context, rootRunID string) ([]*store.Run, error) {
+	rows, err := q.query(ctx, `SELECT `+runCols+` FROM runs WHERE root_run_id = ? ORDER BY depth, started_at, run_id`, rootRunID)
+	if err != nil {
+		return nil, fmt.Errorf("list tree of run %s: %w", rootRunID, err)
+	}
+	out, err := scanRuns(rows)
+	if err != nil {
+		return nil, fmt.Errorf("list tree of run %s: %w", rootRunID, err)
+	}
+	return out, nil
 }
 
 // RunGet reads a run.
@@ -143,16 +210,11 @@ func (q *queries) RunListActive(ctx context.Context, p *store.RunListActiveParam
 	if err != nil {
 		return nil, fmt.Errorf("list active runs: %w", err)
 	}
-	defer rows.Close()
-	var out []*store.Run
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list active runs: %w", err)
-		}
-		out = append(out, r)
+	out, err := scanRuns(rows)
+	if err != nil {
+		return nil, fmt.Errorf("list active runs: %w", err)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 func placeholders(n int) string {

@@ -112,7 +112,15 @@ class ToolError(AgentError, APIError):
 
 
 def tool_name_from_function(function_name: str) -> str:
-    """Map an OpenAI function name back to the tool name (``"a__b"`` → ``"a.b"``)."""
+    """Map an OpenAI function name back to the tool name.
+
+    ``"a__b"`` → ``"a.b"``; an MCP server's tool ``"{server}@{tool}"`` is
+    spelt with ``"--"`` for the ``"@"``: ``"files--read__text"`` →
+    ``"files@read.text"``. The platform accepts either spelling.
+    """
+    server, sep, tool = function_name.partition("--")
+    if sep:
+        return server + "@" + tool.replace("__", ".")
     return function_name.replace("__", ".")
 
 

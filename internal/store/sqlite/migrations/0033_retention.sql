@@ -19,7 +19,6 @@ CREATE TABLE session_purges (
 );
 CREATE INDEX session_purges_done ON session_purges(done_at);
 
--- The sweeper pages through sessions by age, and deletes a session's rows
--- table by table in small batches: tool calls by session need an index.
-CREATE INDEX sessions_created ON sessions(created_at, session_id);
+-- The sweeper deletes a session's rows table by table in small batches:
+-- tool calls by session need an index (sessions by age have one, 0020).
 CREATE INDEX tool_calls_session ON tool_calls(session_id);
