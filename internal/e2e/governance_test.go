@@ -179,6 +179,11 @@ func TestAdminActionsAreAuditedAndKeysManagedOverTheAPI(t *testing.T) {
 		if code, _ := s.call("DELETE", "/v1/agents/gov", adminKey, nil); code != http.StatusOK { // agent.delete
 			t.Fatalf("delete agent: %d", code)
 		}
+		mcpSrv := newGoMCPServer(t)
+		putMCPServer(t, s, "calc", map[string]any{"transport": "streamable_http", "url": mcpSrv.URL, "headers": map[string]any{"Authorization": "Bearer mcp-secret-token"}}) // mcp_server.put
+		if code, _ := s.call("DELETE", "/v1/mcp_servers/calc", adminKey, nil); code != http.StatusOK { // mcp_server.delete
+			t.Fatalf("delete MCP server: %d", code)
+		}
 
 		got := auditEntries(t, s, "", 3)
 		var seq []string
@@ -188,7 +193,7 @@ func TestAdminActionsAreAuditedAndKeysManagedOverTheAPI(t *testing.T) {
 		want := []string{
 			"admin agent.register gov", "admin agent.update gov", "admin tool.put pay", "admin user_key.create carol",
 			"user:carol approval.decide", "admin approval.decide", "admin tool.delete pay", "admin agent.rotate_key gov",
-			"admin user_key.delete carol", "admin agent.delete gov",
+			"admin user_key.delete carol", "admin agent.delete gov", "admin mcp_server.put calc", "admin mcp_server.delete calc",
 		}
 		if len(seq) != len(want) {
 			t.Fatalf("audit log:\n%s\nwant:\n%s", strings.Join(seq, "\n"), strings.Join(want, "\n"))
@@ -202,7 +207,7 @@ func TestAdminActionsAreAuditedAndKeysManagedOverTheAPI(t *testing.T) {
 			t.Fatalf("WebSocket decision detail: %v", d)
 		}
 		for _, e := range got {
-			if strings.Contains(fmt.Sprint(e), carolKey) || strings.Contains(fmt.Sprint(e), newKey) {
+			if strings.Contains(fmt.Sprint(e), carolKey) || strings.Contains(fmt.Sprint(e), newKey) || strings.Contains(fmt.Sprint(e), "mcp-secret-token") {
 				t.Fatalf("a key reached the audit log: %v", e)
 			}
 		}

@@ -241,10 +241,13 @@ func TestRedactedCallsAcrossReplicas(t *testing.T) {
 	waitState := func(callID, state string) map[string]any {
 		t.Helper()
 		var v map[string]any
-		waitWithin(t, "tool call "+callID+" "+state, 30*time.Second, func() bool {
-			v = toolCall(t, b, callID)
-			return sv(v, "state") == state
-		})
+		deadline := time.Now().Add(30 * time.Second)
+		for v = toolCall(t, b, callID); sv(v, "state") != state; v = toolCall(t, b, callID) {
+			if time.Now().After(deadline) {
+				t.Fatalf("tool call %s is %v, not %s\nreplica a:\n%s\nreplica b:\n%s", callID, v, state, a.output(), b.output())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 		return v
 	}
 
@@ -268,4 +271,35 @@ func TestRedactedCallsAcrossReplicas(t *testing.T) {
 	}
 	ga.releaseAll()
 	waitRunEnded(t, b, runID)
+}
+
+// An MCP server's tool redacts through its per-tool override: the stored
+// call and its events carry "[redacted]", the MCP server gets the value
+// (its sum proves it).
+func TestRedactedMCPArguments(t *testing.T) {
+	eachStore(t, func(t *testing.T, dsn string) {
+		g := newGoMCPServer(t)
+		s := startServer(t, dsn)
+		putMCPServer(t, s, "calc", map[string]any{"transport": "streamable_http", "url": g.URL})
+		waitMCPTools(t, s, "calc", "add", "hold")
+		putTool(t, s, "calc@add", map[string]any{"redact": []any{"a"}})
+		startGoToolAgent(t, s, "mcp-redact")
+		c := dial(t, s, "alice", "alice-key")
+		started := c.invokeSpec("mcp-redact", "", map[string]any{"tool": "calc@add", "args": map[string]any{"a": 4000, "b": 2}})
+		if res := singleResult(t, c.untilEnd()); num(obj(res, "structuredContent"), "sum") != 4002 {
+			t.Fatalf("add: %v", res)
+		}
+		for _, e := range s.events("/v1/sessions/" + sv(started, "session_id") + "/events") {
+			if e["type"] == "tool_call_created" {
+				if args := obj(payload(e), "args"); args["a"] != "[redacted]" || args["b"] != float64(2) {
+					t.Fatalf("tool_call_created args = %v", args)
+				}
+				if a := obj(toolCall(t, s, sv(payload(e), "tool_call_id")), "args"); a != nil {
+					t.Fatalf("the tool call view shows args: %v", a)
+				}
+				return
+			}
+		}
+		t.Fatal("no tool_call_created")
+	})
 }

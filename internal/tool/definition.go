@@ -112,7 +112,7 @@ type Definition struct {
 	// Redact names argument paths ("card.number", "cards.*.cvv") whose
 	// values the platform replaces with "[redacted]" in everything it
 	// records or shows (DESIGN §15); the tool itself still gets them.
-	// Server tools only. See redact.go.
+	// Server and MCP tools only. See redact.go.
 	Redact []string `json:"redact,omitempty" yaml:"redact"`
 }
 

@@ -20,18 +20,18 @@ const (
 // checkRedact validates redaction paths: dot-separated object keys, "*"
 // standing for every element of an array or every value of an object.
 //
-// Only server tools may redact. The platform keeps a redacted call's real
-// arguments in memory just long enough to POST them to the tool; a client
-// tool's arguments reach the user's client through the event log, which
-// would then carry "[redacted]" instead of what the client needs, and an
-// agent call's message is its child's input, stored as the child's
-// transcript — neither could be redacted and still work.
+// Only server and MCP tools may redact: the platform keeps a redacted
+// call's real arguments in memory just long enough to send them to the
+// tool itself. A client tool's arguments reach the user's client through
+// the event log, which would then carry "[redacted]" instead of what the
+// client needs, and an agent call's message is its child's input, stored as
+// the child's transcript — neither could be redacted and still work.
 func checkRedact(kind string, paths []string) error {
 	if len(paths) == 0 {
 		return nil
 	}
-	if kind != KindServer {
-		return invalid("redact", nil, "applies to server tools only: a %s tool's arguments are delivered through the event log, which redaction would blank", kind)
+	if kind != KindServer && kind != KindMCP {
+		return invalid("redact", nil, "applies to server and MCP tools only: a %s tool's arguments are delivered through the event log, which redaction would blank", kind)
 	}
 	if len(paths) > MaxRedactPaths {
 		return invalid("redact", nil, "lists %d paths; at most %d are allowed", len(paths), MaxRedactPaths)

@@ -50,7 +50,8 @@ func TestRedactValidation(t *testing.T) {
 		d    Definition
 		want string
 	}{
-		"client": {Definition{Name: "c", Kind: KindClient, Redact: []string{"x"}}, "server tools only"},
+		"client": {Definition{Name: "c", Kind: KindClient, Redact: []string{"x"}}, "server and MCP tools only"},
+		"agent":  {Definition{Name: "call_x", Kind: KindAgent, Redact: []string{"message"}}, "server and MCP tools only"},
 		"empty":  {Definition{Name: "s", Kind: KindServer, Endpoint: "http://x", Redact: []string{""}}, "redact[0]"},
 		"dots":   {Definition{Name: "s", Kind: KindServer, Endpoint: "http://x", Redact: []string{"a..b"}}, "empty segment"},
 		"many":   {Definition{Name: "s", Kind: KindServer, Endpoint: "http://x", Redact: make([]string, 33)}, "at most 32"},

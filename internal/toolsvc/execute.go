@@ -78,7 +78,7 @@ func (s *Service) execute(ctx context.Context, c *store.ToolCall) {
 	var result, errJSON json.RawMessage
 	switch claimed.Kind {
 	case store.ToolKindMCP:
-		status, result, errJSON = s.callMCP(rctx, claimed)
+		status, result, errJSON = s.callMCP(rctx, claimed, args)
 	default:
 		status, result, errJSON = s.post(rctx, claimed, rec.Endpoint, args)
 	}

@@ -167,6 +167,8 @@ func (s *Service) Invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 	})
 	if err != nil || existing != nil {
 		s.held.drop(callID) // no call of that id was created
+	} else {
+		s.held.commit(callID)
 	}
 	if errors.Is(err, errRunEnded) {
 		return nil, ErrRunNotActive

@@ -32,6 +32,9 @@ type held struct {
 	sessionID string
 	args      json.RawMessage
 	since     time.Time
+	// committed: the call's row exists. Until then claimHeld leaves the
+	// entry alone — a lookup would not find the row and forget the args.
+	committed bool
 }
 
 func (h *heldArgs) put(id, sessionID string, args json.RawMessage) {
@@ -41,6 +44,15 @@ func (h *heldArgs) put(id, sessionID string, args json.RawMessage) {
 		h.m = map[string]*held{}
 	}
 	h.m[id] = &held{sessionID: sessionID, args: args, since: time.Now()}
+}
+
+// commit marks id's call as stored.
+func (h *heldArgs) commit(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if x := h.m[id]; x != nil {
+		x.committed = true
+	}
 }
 
 func (h *heldArgs) get(id string) json.RawMessage {
@@ -64,7 +76,7 @@ func (h *heldArgs) ids(sessions map[string]bool) []string {
 	defer h.mu.Unlock()
 	var out []string
 	for id, x := range h.m {
-		if sessions == nil || sessions[x.sessionID] {
+		if x.committed && (sessions == nil || sessions[x.sessionID]) {
 			out = append(out, id)
 		}
 	}
