@@ -181,7 +181,7 @@ func TestAdminActionsAreAuditedAndKeysManagedOverTheAPI(t *testing.T) {
 		}
 		mcpSrv := newGoMCPServer(t)
 		putMCPServer(t, s, "calc", map[string]any{"transport": "streamable_http", "url": mcpSrv.URL, "headers": map[string]any{"Authorization": "Bearer mcp-secret-token"}}) // mcp_server.put
-		if code, _ := s.call("DELETE", "/v1/mcp_servers/calc", adminKey, nil); code != http.StatusOK { // mcp_server.delete
+		if code, _ := s.call("DELETE", "/v1/mcp_servers/calc", adminKey, nil); code != http.StatusOK {                                                                       // mcp_server.delete
 			t.Fatalf("delete MCP server: %d", code)
 		}
 
