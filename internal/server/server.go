@@ -115,7 +115,8 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	bridge := newLLMBridge(keys, st, log, logger, reg)
 	tools := toolsvc.New(log, toolsvc.Options{Logger: logger, HTTP: httpClient, Allow: allow, Metrics: reg, InstanceID: cfg.InstanceID, StaleAfter: staleAfter})
 	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce, OnEnd: tools.OnRunEnd, OnChildEnd: tools.OnChildEnd, MaxCallDepth: cfg.MaxCallDepth, StaleAfter: staleAfter,
-		MaxOutputBytes: cfg.MaxRunOutputBytes, MaxOutputEvents: cfg.MaxRunEvents, MaxTranscriptBytes: cfg.MaxTranscriptBytes})
+		MaxOutputBytes: cfg.MaxRunOutputBytes, MaxOutputEvents: cfg.MaxRunEvents, MaxTranscriptBytes: cfg.MaxTranscriptBytes,
+		MaxActiveRunsPerUser: cfg.File.Limits.MaxActiveRunsPerUser, MaxActiveRuns: cfg.File.Limits.MaxActiveRuns})
 	tools.SetRuns(runs)
 	// MCP servers as tool sources: every process connects to every server,
 	// since any process may dispatch a call (an approval decided here).

@@ -129,3 +129,23 @@ type SessionPurge struct {
 	StartedAt int64
 	Reason    string
 }
+
+// QueuedRun is a run waiting in the queue, as admission and position
+// updates read it.
+type QueuedRun struct {
+	RunID     string
+	SessionID string
+	AgentID   string
+	UserID    string
+	QueuedAt  int64
+	// Position is the position its client was last told (0: none yet).
+	Position int
+}
+
+// RunAdmitParams admits a queued run: QUEUED → RUNNING, owned by Owner,
+// started at At.
+type RunAdmitParams struct {
+	RunID string
+	Owner string
+	At    int64
+}

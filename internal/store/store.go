@@ -216,6 +216,25 @@ type Queries interface {
 	EventsDeleteBefore(ctx context.Context, sessionID string, ts int64, limit int) (int, error)
 	// SessionActiveRuns lists a session's runs that have not ended.
 	SessionActiveRuns(ctx context.Context, sessionID string) ([]*Run, error)
+	// Run caps and the queue (governance.go). UserLock and
+	// RunAdmissionLock hold, until the transaction ends, the row that
+	// serialises a user's starts and every start or admission under the
+	// global cap (PostgreSQL; SQLite's writer serialises already).
+	// RunUserActiveRoots counts a user's root runs that have not ended
+	// (queued ones included), RunQueueCounts the root runs running and
+	// queued; both leave out exceptRunID. RunEnqueue makes a run just
+	// inserted QUEUED; RunQueueHead lists the queue, first in first;
+	// RunAdmit moves a queued run to RUNNING (ErrConflict with the current
+	// row otherwise); RunQueuePositionSet records a told position, guarded
+	// on the queued run still having the old one.
+	UserLock(ctx context.Context, userID string) error
+	RunAdmissionLock(ctx context.Context) error
+	RunUserActiveRoots(ctx context.Context, userID, exceptRunID string) (int, error)
+	RunQueueCounts(ctx context.Context, exceptRunID string) (running, queued int, err error)
+	RunEnqueue(ctx context.Context, runID string, at int64, position int) error
+	RunQueueHead(ctx context.Context, limit int) ([]*QueuedRun, error)
+	RunAdmit(ctx context.Context, p *RunAdmitParams) (*Run, error)
+	RunQueuePositionSet(ctx context.Context, runID string, from, to int) (bool, error)
 
 	// EventsNotify tells other processes that sessions got events. In a
 	// transaction it is sent only on commit (PostgreSQL NOTIFY); on SQLite,
@@ -255,8 +274,11 @@ type SessionCreateParams struct {
 	Metadata  json.RawMessage
 }
 
-// Run statuses (DESIGN §8).
+// Run statuses (DESIGN §8, §15).
 const (
+	// RunQueued: a root run waiting for a slot under the global cap on
+	// active runs; not yet started (its agent has not been invoked).
+	RunQueued                = "QUEUED"
 	RunRunning               = "RUNNING"
 	RunPausedWaitingApproval = "PAUSED_WAITING_APPROVAL"
 	RunPausedWaitingTool     = "PAUSED_WAITING_TOOL"
@@ -266,7 +288,7 @@ const (
 )
 
 // RunActiveStatuses are the non-terminal run states.
-var RunActiveStatuses = []string{RunRunning, RunPausedWaitingApproval, RunPausedWaitingTool}
+var RunActiveStatuses = []string{RunQueued, RunRunning, RunPausedWaitingApproval, RunPausedWaitingTool}
 
 // RunIsTerminal reports whether status is DONE, FAILED or CANCELLED.
 func RunIsTerminal(status string) bool {

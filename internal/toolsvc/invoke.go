@@ -133,7 +133,7 @@ func (s *Service) Invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 		if err != nil {
 			return err
 		}
-		if store.RunIsTerminal(st.run.Status) {
+		if store.RunIsTerminal(st.run.Status) || st.run.Status == store.RunQueued { // a queued run's agent has not been invoked
 			return errRunEnded
 		}
 		created := map[string]any{"tool_call_id": c.ToolCallID, "tool_name": c.ToolName, "kind": c.Kind, "args": c.Args, "timeout_ms": c.TimeoutMS}
