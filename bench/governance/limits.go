@@ -151,8 +151,9 @@ func limitsStore(bin, dir, store, upstream, cfg string, rounds, n int) error {
 	return nil
 }
 
-func (tg *target) setup() error {
-	b, _ := json.Marshal(map[string]any{"agent_id": "bench-agent", "endpoint": "http://127.0.0.1:9"})
+// register registers agentID at endpoint (admin key) and keeps its key.
+func (tg *target) register(endpoint, agentID string) error {
+	b, _ := json.Marshal(map[string]any{"agent_id": agentID, "endpoint": endpoint})
 	req, _ := http.NewRequest("POST", tg.proc.URL+"/v1/agents/register", bytes.NewReader(b))
 	req.Header.Set("Authorization", "Bearer "+benchproc.AdminKey)
 	resp, err := tg.http.Do(req)
@@ -168,6 +169,14 @@ func (tg *target) setup() error {
 		return fmt.Errorf("register: %v", err)
 	}
 	tg.agentKey = reg.Key
+	return nil
+}
+
+func (tg *target) setup() error {
+	if err := tg.register("http://127.0.0.1:9", "bench-agent"); err != nil {
+		return err
+	}
+	var err error
 	tg.ws, _, err = websocket.DefaultDialer.Dial(tg.proc.WSURL("/v1/ws"), nil)
 	if err != nil {
 		return err
