@@ -161,7 +161,8 @@ func TestRedactedArgumentsAppearNowhere(t *testing.T) {
 		// What the console reads.
 		sid, runID := sv(ap, "session_id"), sv(ap, "run_id")
 		var seen []byte
-		for _, path := range []string{"/v1/sessions/" + sid + "/events", "/v1/runs/" + runID + "/events", "/v1/approvals?status=APPROVED", "/v1/audit", "/v1/sessions/" + sid + "/messages"} {
+		for _, path := range []string{"/v1/sessions/" + sid + "/events", "/v1/runs/" + runID + "/events", "/v1/approvals?status=APPROVED", "/v1/audit",
+			"/v1/sessions/" + sid + "/messages", "/v1/sessions", "/v1/runs?session_id=" + sid, "/v1/runs/" + runID, "/v1/runs/" + runID + "/tree"} {
 			code, _, body := rawCall(t, s, "GET", path, adminKey, nil)
 			if code != http.StatusOK {
 				t.Fatalf("GET %s: %d %s", path, code, body)
