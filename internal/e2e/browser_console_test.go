@@ -416,7 +416,11 @@ func TestBrowserConsoleRegistryPages(t *testing.T) {
 	}
 
 	p.do("MCP servers", chromedp.Click(`#nav a[data-page="mcp"]`))
-	p.waitFor("no MCP servers", `window.agentplaneConsole.page() === 'mcp' && !!document.querySelector('[data-testid="mcp-none"]') && ['not_available', 'ok'].indexOf(window.agentplaneConsole.state().status) >= 0`)
+	// serve --demo registers its MCP server (demo_mcp) through the admin API.
+	p.waitFor("the demo's MCP server", `window.agentplaneConsole.page() === 'mcp' && window.agentplaneConsole.state().status === 'ok' && !!document.querySelector('[data-testid="mcp"] tr[data-name="demo_mcp"]')`)
+	if got := evalIn[string](p, `document.querySelector('tr[data-name="demo_mcp"]').textContent`); !strings.Contains(got, "streamable_http") {
+		t.Fatalf("the MCP server's row says %q", got)
+	}
 
 	p.do("usage", chromedp.Click(`#nav a[data-page="usage"]`))
 	p.waitFor("usage by agent", `(function () { var s = window.agentplaneConsole.state(); return window.agentplaneConsole.page() === 'usage' && s.groupBy === 'agent' && s.rows.length === 1 && s.rows[0].key === 'demo' && s.total.llm_calls >= 2 && s.total.estimated_cost > 0; })()`)

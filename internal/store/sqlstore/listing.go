@@ -199,13 +199,15 @@ func (q *queries) ToolListPage(ctx context.Context, afterName string, limit int)
 	return out, rows.Err()
 }
 
-// UsageSummary aggregates llm_call_done events in SQL. The type test is a
+// UsageSummary aggregates llm_call_done events in SQL. Payloads are TEXT
+// on PostgreSQL (0004_text_columns.sql): read as json, which accepts any
+// JSON text, unlike jsonb. The type test is a
 // literal so both databases use the partial index events_llm_done (ts),
 // and only the LLM calls of the period are read, not the session logs.
 func (q *queries) UsageSummary(ctx context.Context, p *store.UsageParams) ([]store.UsageRow, error) {
 	field := func(name, cast string) string {
 		if q.d.Name == "postgres" {
-			return `COALESCE((e.payload->>'` + name + `')::` + cast + `, 0)`
+			return `COALESCE((e.payload::json->>'` + name + `')::` + cast + `, 0)`
 		}
 		return `COALESCE(json_extract(e.payload, '$.` + name + `'), 0)`
 	}
@@ -214,7 +216,7 @@ func (q *queries) UsageSummary(ctx context.Context, p *store.UsageParams) ([]sto
 	switch p.GroupBy {
 	case store.UsageByModel:
 		if q.d.Name == "postgres" {
-			key = `COALESCE(e.payload->>'model', '')`
+			key = `COALESCE(e.payload::json->>'model', '')`
 		} else {
 			key = `COALESCE(json_extract(e.payload, '$.model'), '')`
 		}

@@ -215,6 +215,10 @@ class Tools:
                     deadline=deadline,
                     what=f"tool {name}",
                 )
+            except TimeoutError:
+                # The caller's timeout ran out while a :wait was in flight:
+                # the call is still pending, as far as anyone knows.
+                raise _still_pending(name, view, timeout) from None
             except APIError as e:
                 raise _refused(name, str(call_id), e) from e
             if view.get("status") != "pending":
@@ -271,6 +275,11 @@ class Tools:
             try:
                 return self._client._call(method, path, body=body, query=query, timeout=sock_timeout)
             except APIError as e:
+                if deadline is not None and _transient(e) and time.monotonic() >= deadline:
+                    # No answer because the caller's time ran out (the
+                    # socket timeout is cut to the deadline): a timeout,
+                    # not a connection failure.
+                    raise TimeoutError(f"{what}: timed out") from e
                 if attempt >= self.max_attempts or not _transient(e):
                     raise
                 pause = _jitter(backoff / 2, backoff)
