@@ -162,7 +162,7 @@ func TestRedactedArgumentsAppearNowhere(t *testing.T) {
 		sid, runID := sv(ap, "session_id"), sv(ap, "run_id")
 		var seen []byte
 		for _, path := range []string{"/v1/sessions/" + sid + "/events", "/v1/runs/" + runID + "/events", "/v1/approvals?status=APPROVED", "/v1/audit",
-			"/v1/sessions/" + sid + "/messages", "/v1/sessions", "/v1/runs?session_id=" + sid, "/v1/runs/" + runID, "/v1/runs/" + runID + "/tree"} {
+			"/v1/sessions/" + sid + "/messages", "/v1/sessions", "/v1/runs?session_id=" + sid, "/v1/runs/" + runID, "/v1/runs/" + runID + "/tree", "/v1/usage"} {
 			code, _, body := rawCall(t, s, "GET", path, adminKey, nil)
 			if code != http.StatusOK {
 				t.Fatalf("GET %s: %d %s", path, code, body)
