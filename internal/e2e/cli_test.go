@@ -63,7 +63,8 @@ func TestCLIOperatorCommands(t *testing.T) {
 		t.Fatalf("agents list:\n%s", out)
 	}
 	var agents []map[string]any
-	if err := json.Unmarshal([]byte(mustCLI(t, s.URL, "", "agents", "list", "--json")), &agents); err != nil || len(agents) != 2 {
+	// The demo registers demo, weather, payments and planner; cli-agent is the fifth.
+	if err := json.Unmarshal([]byte(mustCLI(t, s.URL, "", "agents", "list", "--json")), &agents); err != nil || len(agents) != 5 {
 		t.Fatalf("agents list --json: %v %v", agents, err)
 	}
 	if _, errOut, code := runCLI(t, s.URL, "", "agents", "register", "--id", "x"); code != 2 || !strings.Contains(errOut, "usage:") {
