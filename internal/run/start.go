@@ -32,6 +32,10 @@ var (
 	ErrRunNotActive   = respond.E(http.StatusConflict, "run_not_active", "the run has already ended")
 	ErrShuttingDown   = respond.E(http.StatusServiceUnavailable, "shutting_down", "the platform is shutting down")
 	ErrInvalidSession = respond.E(http.StatusBadRequest, "invalid_session_id", "session_id must be 1-128 characters of letters, digits, '_', '-', '.', ':'")
+	// ErrNotResumable answers an explicit resume (StartParams.ResumeRunID)
+	// of a run that is not INPUT_REQUIRED, is another session's or agent's,
+	// or was answered already.
+	ErrNotResumable = respond.E(http.StatusConflict, "not_resumable", "the run is not waiting for input (it is not INPUT_REQUIRED, or it was answered already)")
 )
 
 var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.:\-]{1,128}$`)
@@ -45,12 +49,24 @@ const AgentSessionPrefix = "agent:"
 func AgentSessionID(agentID string) string { return AgentSessionPrefix + agentID }
 
 // StartParams is one user message that starts a root run.
+//
+// Intentions (DESIGN §12): when the session's latest root run ended
+// INPUT_REQUIRED with the same agent, the new run resumes it — it gets
+// ResumesRunID = that run and its intention — unless NewIntention is set;
+// otherwise the run starts a new intention.
 type StartParams struct {
 	UserID    string
 	SessionID string // empty: a new session is created
 	AgentID   string
 	RequestID string
 	Message   agent.Message
+	// NewIntention starts a fresh intention even when the session's latest
+	// root run waits for input.
+	NewIntention bool
+	// ResumeRunID resumes exactly that run (an A2A task's latest run),
+	// which must be an INPUT_REQUIRED root run of this session, agent and
+	// user, not answered yet; otherwise ErrNotResumable.
+	ResumeRunID string
 }
 
 // Started is what Start committed.
@@ -106,17 +122,44 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		case sess.UserID != p.UserID:
 			return nil, ErrSessionDenied
 		}
-		run, err = tx.RunInsert(ctx, &store.RunInsertParams{RunID: runID, SessionID: sessionID, AgentID: ag.AgentID, UserID: p.UserID, Owner: m.opts.InstanceID, StartedAt: now})
+		resumes, err := m.resumable(ctx, tx, sessionID, ag.AgentID, p)
+		if err != nil {
+			return nil, err
+		}
+		intention := ids.New("int")
+		if resumes != nil {
+			intention = resumes.IntentionID
+		}
+		ins := &store.RunInsertParams{RunID: runID, SessionID: sessionID, AgentID: ag.AgentID, UserID: p.UserID, Owner: m.opts.InstanceID, StartedAt: now,
+			IntentionID: intention}
+		if resumes != nil {
+			ins.ResumesRunID = resumes.RunID
+		}
+		run, err = tx.RunInsert(ctx, ins)
 		if errors.Is(err, store.ErrConflict) {
+			// The session has an active root run, or (resuming) another
+			// message answered the run a moment ago: that one is the
+			// session's latest root run then, whatever its state.
+			if resumes != nil {
+				if last, lerr := tx.RunLatest(ctx, &store.RunLatestParams{SessionID: sessionID, RootOnly: true}); lerr == nil && last.ResumesRunID == resumes.RunID && store.RunIsTerminal(last.Status) {
+					return nil, ErrNotResumable
+				}
+			}
 			return nil, ErrSessionBusy
 		}
 		if err != nil {
 			return nil, err
 		}
-		if _, err := tx.MessageAppend(ctx, &store.MessageAppendParams{MessageID: ids.New("msg"), SessionID: sessionID, RunID: runID, AgentID: ag.AgentID, Role: p.Message.Role, Content: p.Message.Content, CreatedAt: now}); err != nil {
+		if _, err := tx.MessageAppend(ctx, &store.MessageAppendParams{MessageID: ids.New("msg"), SessionID: sessionID, RunID: runID, AgentID: ag.AgentID,
+			IntentionID: intention, Role: p.Message.Role, Content: p.Message.Content, CreatedAt: now}); err != nil {
 			return nil, err
 		}
-		started, _ := json.Marshal(map[string]any{"request_id": p.RequestID, "agent_id": ag.AgentID, "message": json.RawMessage(msg), "traceparent": traceparent})
+		startedPayload := map[string]any{"request_id": p.RequestID, "agent_id": ag.AgentID, "message": json.RawMessage(msg), "traceparent": traceparent,
+			"intention_id": intention}
+		if resumes != nil {
+			startedPayload["resumes_run_id"] = resumes.RunID
+		}
+		started, _ := json.Marshal(startedPayload)
 		invoked, _ := json.Marshal(map[string]any{"agent_id": ag.AgentID, "endpoint": ag.Endpoint})
 		return []store.EventParams{
 			{SessionID: sessionID, RunID: runID, TS: now, Type: eventlog.TypeUserInput, Payload: json.RawMessage(`{"message":` + string(msg) + `}`)},
@@ -130,6 +173,39 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 	m.started.Add("", 1)
 	m.launch(&job{run: run, ag: ag, message: p.Message, traceparent: traceparent})
 	return &Started{Run: run, Events: evs}, nil
+}
+
+// resumable returns the run a new root run in sessionID answers, or nil
+// when it starts a new intention (see StartParams).
+func (m *Manager) resumable(ctx context.Context, tx store.Queries, sessionID, agentID string, p StartParams) (*store.Run, error) {
+	if p.ResumeRunID != "" {
+		prev, err := tx.RunGet(ctx, p.ResumeRunID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, ErrNotResumable
+		}
+		if err != nil {
+			return nil, err
+		}
+		if prev.SessionID != sessionID || prev.AgentID != agentID || prev.UserID != p.UserID || prev.ParentRunID != "" ||
+			prev.Status != store.RunInputRequired || prev.IntentionID == "" {
+			return nil, ErrNotResumable
+		}
+		return prev, nil
+	}
+	if p.NewIntention {
+		return nil, nil
+	}
+	prev, err := tx.RunLatest(ctx, &store.RunLatestParams{SessionID: sessionID, RootOnly: true})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if prev.Status != store.RunInputRequired || prev.AgentID != agentID || prev.IntentionID == "" {
+		return nil, nil
+	}
+	return prev, nil
 }
 
 // job is a run to drive: a root run or a child run alike.
