@@ -32,6 +32,12 @@ type RegisterRequest struct {
 	// when it runs as a child: aggregate (default), passthrough or off.
 	SubAgentEcho string `json:"sub_agent_echo"`
 	RotateKey    bool   `json:"rotate_key"`
+	// A2A serves the agent over A2A at /a2a/{agent_id} (DESIGN §12).
+	A2A bool `json:"a2a"`
+	// Protocol is how the platform speaks to the agent: "agentplane"
+	// (default, DESIGN §5) or "a2a" — a remote A2A agent whose endpoint is
+	// its card URL or base URL; the card is fetched and stored.
+	Protocol string `json:"protocol"`
 }
 
 // MaxAgentDescription bounds an agent's description, in bytes: it is sent
@@ -98,6 +104,22 @@ func (a *API) Register(ctx context.Context, req *RegisterRequest) (*RegisterResp
 	default:
 		return nil, respond.E(http.StatusBadRequest, "invalid_sub_agent_echo", `sub_agent_echo must be "aggregate", "passthrough" or "off"`)
 	}
+	var card json.RawMessage
+	switch req.Protocol {
+	case "", store.ProtocolAgentplane:
+		req.Protocol = store.ProtocolAgentplane
+	case store.ProtocolA2A:
+		if a.FetchCard == nil {
+			return nil, respond.E(http.StatusBadRequest, "invalid_protocol", "A2A agents are not supported by this server")
+		}
+		// The card is fetched through the SSRF-checked client, and every
+		// URL it lists must pass the same rules.
+		if card, err = a.FetchCard(ctx, req.Endpoint); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, respond.E(http.StatusBadRequest, "invalid_protocol", `protocol must be "agentplane" or "a2a"`)
+	}
 	if req.Name == "" {
 		req.Name = req.AgentID
 	}
@@ -116,6 +138,7 @@ func (a *API) Register(ctx context.Context, req *RegisterRequest) (*RegisterResp
 	ag, err := a.St.AgentUpsert(ctx, &store.AgentUpsertParams{
 		AgentID: req.AgentID, Name: req.Name, Description: req.Description, Endpoint: strings.TrimRight(u.String(), "/"),
 		Capabilities: caps, LinkedAgents: linked, SubAgentEcho: req.SubAgentEcho, KeyHash: hash, At: time.Now().UnixMilli(),
+		A2A: req.A2A, Protocol: req.Protocol, A2ACard: card,
 	})
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 
@@ -34,6 +35,10 @@ type API struct {
 	Logger  *slog.Logger
 	Metrics *metrics.Registry
 	Tools   *toolsvc.Service
+	// FetchCard fetches and checks a remote A2A agent's card at
+	// registration (protocol "a2a"); nil refuses such agents. Its errors
+	// are *respond.Error.
+	FetchCard func(ctx context.Context, endpoint string) (json.RawMessage, error)
 }
 
 // Routes registers every management route on mux.

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentplane/agentplane/internal/a2aserver"
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/config"
@@ -169,6 +170,9 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	}
 	if cfg.Role != "orchestrator" {
 		mux.Handle("GET /v1/ws", ws)
+		// Every agent registered with a2a:true as an A2A agent (DESIGN
+		// §12): client-facing, like the WebSocket.
+		a2aserver.New(a2aserver.Options{Runs: runs, Log: log, Keys: keys, Tools: tools, Hold: ws.Hold, Logger: logger}).Routes(mux)
 		ui := console.Handler()
 		mux.Handle("GET /{$}", ui)
 		mux.Handle("GET /static/", ui)
@@ -196,7 +200,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 
 	for _, spec := range cfg.File.Agents {
 		resp, err := api.Register(ctx, &httpapi.RegisterRequest{AgentID: spec.AgentID, Name: spec.Name, Description: spec.Description, Endpoint: spec.Endpoint,
-			Capabilities: spec.Capabilities, LinkedAgents: spec.LinkedAgents, SubAgentEcho: spec.SubAgentEcho})
+			Capabilities: spec.Capabilities, LinkedAgents: spec.LinkedAgents, SubAgentEcho: spec.SubAgentEcho, A2A: spec.A2A, Protocol: spec.Protocol})
 		if err != nil {
 			return fmt.Errorf("config file agent %s: %w", spec.AgentID, err)
 		}

@@ -387,6 +387,12 @@ const (
 	EchoOff         = "off"
 )
 
+// Agent protocols: how the platform invokes an agent.
+const (
+	ProtocolAgentplane = "agentplane" // POST {endpoint}/invoke, SSE (DESIGN §5)
+	ProtocolA2A        = "a2a"        // a remote A2A agent (DESIGN §12)
+)
+
 // Agent is a registered external agent service. KeyHash is the SHA-256 of
 // its API key; the key itself is never stored.
 type Agent struct {
@@ -399,8 +405,14 @@ type Agent struct {
 	// SubAgentEcho is EchoAggregate, EchoPassthrough or EchoOff.
 	SubAgentEcho    string `json:"sub_agent_echo"`
 	KeyHash         string `json:"-"`
-	Status          string `json:"status"`
-	LastHeartbeatAt int64  `json:"last_heartbeat_at,omitempty"`
+	// A2A: the agent is also served over A2A at /a2a/{agent_id} (DESIGN
+	// §12). Protocol is how the platform speaks to it: ProtocolAgentplane
+	// or ProtocolA2A (a remote A2A agent whose card is A2ACard).
+	A2A             bool            `json:"a2a"`
+	Protocol        string          `json:"protocol"`
+	A2ACard         json.RawMessage `json:"a2a_card,omitempty"`
+	Status          string          `json:"status"`
+	LastHeartbeatAt int64           `json:"last_heartbeat_at,omitempty"`
 	LastProbeAt     int64  `json:"last_probe_at,omitempty"`
 	CreatedAt       int64  `json:"created_at"`
 	UpdatedAt       int64  `json:"updated_at"`
@@ -419,6 +431,10 @@ type AgentUpsertParams struct {
 	SubAgentEcho string
 	KeyHash      string
 	At           int64
+	// A2A, Protocol (empty means ProtocolAgentplane) and A2ACard: see Agent.
+	A2A      bool
+	Protocol string
+	A2ACard  json.RawMessage
 }
 
 // Links decodes the agent's linked_agents.
