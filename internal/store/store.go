@@ -403,8 +403,8 @@ type Agent struct {
 	Capabilities json.RawMessage `json:"capabilities"`
 	LinkedAgents json.RawMessage `json:"linked_agents"`
 	// SubAgentEcho is EchoAggregate, EchoPassthrough or EchoOff.
-	SubAgentEcho    string `json:"sub_agent_echo"`
-	KeyHash         string `json:"-"`
+	SubAgentEcho string `json:"sub_agent_echo"`
+	KeyHash      string `json:"-"`
 	// A2A: the agent is also served over A2A at /a2a/{agent_id} (DESIGN
 	// §12). Protocol is how the platform speaks to it: ProtocolAgentplane
 	// or ProtocolA2A (a remote A2A agent whose card is A2ACard).
@@ -413,9 +413,9 @@ type Agent struct {
 	A2ACard         json.RawMessage `json:"a2a_card,omitempty"`
 	Status          string          `json:"status"`
 	LastHeartbeatAt int64           `json:"last_heartbeat_at,omitempty"`
-	LastProbeAt     int64  `json:"last_probe_at,omitempty"`
-	CreatedAt       int64  `json:"created_at"`
-	UpdatedAt       int64  `json:"updated_at"`
+	LastProbeAt     int64           `json:"last_probe_at,omitempty"`
+	CreatedAt       int64           `json:"created_at"`
+	UpdatedAt       int64           `json:"updated_at"`
 }
 
 // AgentUpsertParams registers or updates an agent. An empty KeyHash on update
