@@ -164,6 +164,14 @@ func (m *Manager) BeginChild(ctx context.Context, tx store.Queries, parent *stor
 			return nil, nil, nil, err
 		}
 	}
+	var resumed *store.Run
+	if resumes != "" {
+		resumed = &store.Run{RunID: resumes}
+	}
+	prevRunID, err := previousRun(ctx, tx, ag, parent.SessionID, resumed)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	ins := &store.RunInsertParams{
 		RunID: runID, SessionID: parent.SessionID, AgentID: ag.AgentID, ParentRunID: parent.RunID, RootRunID: parent.RootRunID,
 		Depth: parent.Depth + 1, UserID: parent.UserID, Owner: m.opts.InstanceID, StartedAt: now,
@@ -218,7 +226,7 @@ func (m *Manager) BeginChild(ctx context.Context, tx store.Queries, parent *stor
 	}
 	launch := func() {
 		m.started.Add("", 1)
-		m.launch(&job{run: child, ag: ag, message: p.Message, traceparent: traceparent})
+		m.launch(&job{run: child, ag: ag, message: p.Message, traceparent: traceparent, prevRunID: prevRunID})
 	}
 	return &ChildStarted{Run: child, Created: true}, evs, launch, nil
 }

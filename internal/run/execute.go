@@ -168,12 +168,22 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 		return err
 	}
 
-	res, err := m.opts.Invoker.Invoke(ctx, ag.Endpoint, agent.InvokeRequest{
+	req := agent.InvokeRequest{
 		AgentID: ag.AgentID, SessionID: run.SessionID, RunID: run.RunID, ParentRunID: run.ParentRunID, Depth: run.Depth,
 		UserID: run.UserID, Traceparent: j.traceparent, InputMessage: j.message, Messages: transcript,
-		IntentionID: run.IntentionID, ResumesRunID: run.ResumesRunID,
+		IntentionID: run.IntentionID, ResumesRunID: run.ResumesRunID, Protocol: ag.Protocol, Card: ag.A2ACard,
 		Paused: func() bool { return m.waiting(run.RunID) },
-	}, handle)
+	}
+	if j.prevRunID != "" {
+		// A remote A2A agent: a resumed run continues the previous run's
+		// remote task; any other run joins its remote context.
+		task, remoteCtx := m.remoteTask(ctx, run.SessionID, j.prevRunID)
+		req.RemoteContextID = remoteCtx
+		if j.prevRunID == run.ResumesRunID {
+			req.RemoteTaskID = task
+		}
+	}
+	res, err := m.opts.Invoker.Invoke(ctx, ag.Endpoint, req, handle)
 
 	cause := context.Cause(ctx)
 	switch {
@@ -221,6 +231,21 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 		return
 	}
 	m.finishDone(run, res, text.String(), began, deltas)
+}
+
+// remoteTask reads the remote A2A task and context a run recorded (its
+// last a2a_remote_task event); empty when none.
+func (m *Manager) remoteTask(ctx context.Context, sessionID, runID string) (taskID, contextID string) {
+	evs, err := m.st.EventsList(ctx, &store.EventsListParams{SessionID: sessionID, RunID: runID, Type: eventlog.TypeA2ARemoteTask, Limit: 1000})
+	if err != nil || len(evs) == 0 {
+		return "", ""
+	}
+	var p struct {
+		TaskID    string `json:"task_id"`
+		ContextID string `json:"context_id"`
+	}
+	_ = json.Unmarshal(evs[len(evs)-1].Payload, &p)
+	return p.TaskID, p.ContextID
 }
 
 // outputError says a run's output passed one of its bounds. Returned from

@@ -104,6 +104,7 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 	now := m.now()
 	msg, _ := json.Marshal(p.Message)
 	var run *store.Run
+	var prevRunID string
 	evs, err := m.log.Do(ctx, sessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
 		sess, err := tx.SessionGet(ctx, sessionID)
 		if errors.Is(err, store.ErrNotFound) {
@@ -160,6 +161,9 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 			startedPayload["resumes_run_id"] = resumes.RunID
 		}
 		started, _ := json.Marshal(startedPayload)
+		if prevRunID, err = previousRun(ctx, tx, ag, sessionID, resumes); err != nil {
+			return nil, err
+		}
 		invoked, _ := json.Marshal(map[string]any{"agent_id": ag.AgentID, "endpoint": ag.Endpoint})
 		return []store.EventParams{
 			{SessionID: sessionID, RunID: runID, TS: now, Type: eventlog.TypeUserInput, Payload: json.RawMessage(`{"message":` + string(msg) + `}`)},
@@ -171,7 +175,7 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		return nil, err
 	}
 	m.started.Add("", 1)
-	m.launch(&job{run: run, ag: ag, message: p.Message, traceparent: traceparent})
+	m.launch(&job{run: run, ag: ag, message: p.Message, traceparent: traceparent, prevRunID: prevRunID})
 	return &Started{Run: run, Events: evs}, nil
 }
 
@@ -214,6 +218,29 @@ type job struct {
 	ag          *store.Agent
 	message     agent.Message
 	traceparent string
+	// prevRunID (remote A2A agents) is the run whose remote task this one
+	// continues (the run it resumes) or whose remote context it joins (the
+	// agent's latest run in the session).
+	prevRunID string
+}
+
+// previousRun is a job's prevRunID: read before the new run is inserted,
+// in its transaction. Only A2A agents have remote tasks to continue.
+func previousRun(ctx context.Context, tx store.Queries, ag *store.Agent, sessionID string, resumes *store.Run) (string, error) {
+	if ag.Protocol != store.ProtocolA2A {
+		return "", nil
+	}
+	if resumes != nil {
+		return resumes.RunID, nil
+	}
+	prev, err := tx.RunLatest(ctx, &store.RunLatestParams{SessionID: sessionID, AgentID: ag.AgentID})
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return prev.RunID, nil
 }
 
 // launch registers the run as active and drives it in the background.

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentplane/agentplane/internal/a2aremote"
 	"github.com/agentplane/agentplane/internal/a2aserver"
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/auth"
@@ -103,12 +104,16 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	keys := auth.New(cfg.AdminKey, userKeys, st)
 	httpClient := agent.NewHTTPClient(allow)
 	agentClient := &agent.Client{HTTP: httpClient, FirstByteTimeout: cfg.AgentFirstByteTimeout, IdleTimeout: cfg.AgentIdleTimeout}
+	// Remote A2A agents (protocol "a2a", DESIGN §12) through the same
+	// SSRF-checked client and timeouts.
+	a2aClient := &a2aremote.Client{HTTP: httpClient, Allow: allow, FirstByteTimeout: cfg.AgentFirstByteTimeout, IdleTimeout: cfg.AgentIdleTimeout}
+	invoker := &a2aremote.Invoker{Agents: agentClient, A2A: a2aClient}
 	reg := metrics.New()
 	reg.CounterFunc("agentplane_events_appended_total", "Events committed to the log by this process.", func() float64 { ev, _ := log.Stats(); return float64(ev) })
 	reg.CounterFunc("agentplane_event_commits_total", "Event log transactions committed by this process (events per commit shows batching).", func() float64 { _, c := log.Stats(); return float64(c) })
 	bridge := newLLMBridge(keys, st, log, logger)
 	tools := toolsvc.New(log, toolsvc.Options{Logger: logger, HTTP: httpClient, Allow: allow, Metrics: reg})
-	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce, OnEnd: tools.OnRunEnd, OnChildEnd: tools.OnChildEnd, MaxCallDepth: cfg.MaxCallDepth, StaleAfter: staleAfter,
+	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: invoker, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce, OnEnd: tools.OnRunEnd, OnChildEnd: tools.OnChildEnd, MaxCallDepth: cfg.MaxCallDepth, StaleAfter: staleAfter,
 		MaxOutputBytes: cfg.MaxRunOutputBytes, MaxOutputEvents: cfg.MaxRunEvents, MaxTranscriptBytes: cfg.MaxTranscriptBytes})
 	tools.SetRuns(runs)
 	if err := runs.Start(ctx); err != nil {
@@ -122,7 +127,8 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		return err
 	}
 	var shuttingDown atomic.Bool
-	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Tools: tools, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() }}
+	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Tools: tools, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() },
+		FetchCard: a2aClient.FetchCard}
 	// Client presence across replicas (DESIGN §8): with a shared database
 	// the ingress records which sessions it has connections for, and a
 	// client tool dispatched by any replica asks those rows. On SQLite one
@@ -196,7 +202,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
-	prb := &prober{st: st, client: agentClient, interval: cfg.HealthInterval, log: logger}
+	prb := &prober{st: st, client: agentClient, a2a: a2aClient, interval: cfg.HealthInterval, log: logger}
 
 	for _, spec := range cfg.File.Agents {
 		resp, err := api.Register(ctx, &httpapi.RegisterRequest{AgentID: spec.AgentID, Name: spec.Name, Description: spec.Description, Endpoint: spec.Endpoint,
