@@ -39,7 +39,9 @@ type remote struct {
 func (e *remote) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
 	return func(yield func(a2a.Event, error) bool) {
 		text := ec.Message.Parts[0].Text()
-		say := func(s string) *a2a.Message { return a2a.NewMessageForTask(a2a.MessageRoleAgent, ec, a2a.NewTextPart(s)) }
+		say := func(s string) *a2a.Message {
+			return a2a.NewMessageForTask(a2a.MessageRoleAgent, ec, a2a.NewTextPart(s))
+		}
 		if ec.StoredTask != nil {
 			e.mu.Lock()
 			e.continued = append(e.continued, string(ec.TaskID))
@@ -353,7 +355,7 @@ func TestFetchCardRefusals(t *testing.T) {
 	for b, want := range map[string]string{
 		"not json": "invalid_agent_card",
 		`{"name":"x","supportedInterfaces":[{"url":"http://10.1.2.3/a","protocolBinding":"JSONRPC","protocolVersion":"1.0"}],"capabilities":{}}`: "endpoint_not_allowed",
-		`{"name":"x","supportedInterfaces":[{"url":"` + srv.URL + `","protocolBinding":"GRPC","protocolVersion":"1.0"}],"capabilities":{}}`: "invalid_agent_card",
+		`{"name":"x","supportedInterfaces":[{"url":"` + srv.URL + `","protocolBinding":"GRPC","protocolVersion":"1.0"}],"capabilities":{}}`:      "invalid_agent_card",
 	} {
 		body = b
 		_, err := c.FetchCard(context.Background(), srv.URL)

@@ -247,7 +247,7 @@ func TestA2ARemoteBrokenPeers(t *testing.T) {
 				if r.Method == http.MethodGet {
 					card := map[string]any{"name": mode, "description": "broken", "version": "1", "capabilities": map[string]any{"streaming": true},
 						"supportedInterfaces": []any{map[string]any{"url": base + "/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}},
-						"defaultInputModes": []string{"text/plain"}, "defaultOutputModes": []string{"text/plain"}, "skills": []any{}}
+						"defaultInputModes":   []string{"text/plain"}, "defaultOutputModes": []string{"text/plain"}, "skills": []any{}}
 					json.NewEncoder(w).Encode(card)
 					return
 				}
