@@ -1,8 +1,12 @@
-// Package cli is the agentplane command line: `agentplane serve` and help.
+// Package cli is the agentplane command line: `agentplane serve`, and the
+// operator commands (agents, tools, approvals, sessions, runs), which speak
+// only the public HTTP API of a running server (docs/API.md).
 package cli
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,8 +24,23 @@ usage:
   agentplane serve [flags]     run the server (agentplane serve --help lists flags)
   agentplane help              show this text
 
+operator commands (against a running server):
+  agentplane agents list
+  agentplane agents register --id ID --endpoint URL [--name N] [--capabilities a,b] [--linked a,b] [--rotate-key]
+  agentplane tools list
+  agentplane tools put FILE|-          a definition or a list, JSON or YAML
+  agentplane approvals list [--status PENDING|…|all] [--session ID]
+  agentplane approvals decide APPROVAL_ID approve|reject [--reason TEXT]
+  agentplane sessions list [--user U] [--agent A] [--status active|ended] [--q PREFIX] [--since 24h] [--limit N]
+  agentplane sessions tail SESSION [--after-seq N]   follow its events live
+  agentplane runs list [--session S] [--user U] [--agent A] [--status S] [--root] [--parent RUN]
+  agentplane runs tree RUN
+
+  every operator command takes --url (env AGENTPLANE_URL, default http://127.0.0.1:8080),
+  --key (env AGENTPLANE_KEY, else AGENTPLANE_ADMIN_KEY) and --json
+
 quick start:
-  agentplane serve --demo      embedded SQLite, a demo agent and a chat page
+  agentplane serve --demo      embedded SQLite, a demo agent, a chat page and the console
 `
 
 // Main runs the command line and returns the process exit code.
@@ -36,9 +55,41 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
+	case "agents", "tools", "approvals", "sessions", "runs":
+		return operator(args[0], args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "unknown command %q\n\n%s", args[0], usage)
 	return 2
+}
+
+// usageErr is a command used wrongly: exit code 2 with the right form.
+type usageErr struct{ text string }
+
+func (e *usageErr) Error() string { return "usage: " + e.text }
+
+func usageError(text string) error { return &usageErr{text} }
+
+// operator runs one operator command until it is done or interrupted.
+func operator(cmd string, args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c := newClient(stdout, stderr)
+	run := map[string]func(context.Context, []string) error{
+		"agents": c.agents, "tools": c.tools, "approvals": c.approvals, "sessions": c.sessions, "runs": c.runs,
+	}[cmd]
+	err := run(ctx, args)
+	var ue *usageErr
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintln(stderr, ue.Error())
+		return 2
+	}
+	fmt.Fprintln(stderr, "agentplane:", err)
+	return 1
 }
 
 func serve(args []string, stdout, stderr io.Writer) int {

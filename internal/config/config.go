@@ -72,6 +72,9 @@ type File struct {
 	Agents []AgentSpec `yaml:"agents"`
 	LLM    yaml.Node   `yaml:"llm"`
 	Tools  yaml.Node   `yaml:"tools"`
+	// MCPServers are MCP servers used as tool sources (DESIGN §13), with
+	// the fields of PUT /v1/mcp_servers/{name} plus name.
+	MCPServers yaml.Node `yaml:"mcp_servers"`
 }
 
 // AgentSpec declares an agent to register at start. Its key is printed

@@ -44,10 +44,12 @@ type asset struct {
 // site is everything the console serves, prepared once: assets keyed by their checksummed file
 // name, the URL of each source file, and the rendered index page.
 type site struct {
-	assets    map[string]asset  // "app.3f2a9c1b.js" → asset
-	urls      map[string]string // "app.js" → "/static/app.3f2a9c1b.js"
-	index     []byte
-	indexETag string
+	assets      map[string]asset  // "app.3f2a9c1b.js" → asset
+	urls        map[string]string // "app.js" → "/static/app.3f2a9c1b.js"
+	index       []byte
+	indexETag   string
+	console     []byte
+	consoleETag string
 }
 
 // newSite loads the embedded assets, checksums them and renders the index template. It only
@@ -84,16 +86,25 @@ func newSite() (*site, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: parse templates: %w", err)
 	}
-	// The page holds no per-request data (settings live in the URL fragment, which never
-	// reaches the server), so it is rendered once here rather than on every request.
-	var buf bytes.Buffer
-	if err := tmpl.ExecuteTemplate(&buf, "index.html", nil); err != nil {
-		return nil, fmt.Errorf("console: render index.html: %w", err)
+	// The pages hold no per-request data (the chat's settings live in the URL fragment, the
+	// console's key in session storage; neither reaches the server), so they are rendered once
+	// here rather than on every request.
+	if s.index, s.indexETag, err = render(tmpl, "index.html"); err != nil {
+		return nil, err
 	}
-	s.index = buf.Bytes()
-	sum := sha256.Sum256(s.index)
-	s.indexETag = `"` + hex.EncodeToString(sum[:]) + `"`
+	if s.console, s.consoleETag, err = render(tmpl, "console.html"); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+func render(tmpl *template.Template, name string) ([]byte, string, error) {
+	var buf bytes.Buffer
+	if err := tmpl.ExecuteTemplate(&buf, name, nil); err != nil {
+		return nil, "", fmt.Errorf("console: render %s: %w", name, err)
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	return buf.Bytes(), `"` + hex.EncodeToString(sum[:]) + `"`, nil
 }
 
 // assetURL is the template function {{asset "app.js"}}: the checksummed URL of a source file.

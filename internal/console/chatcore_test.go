@@ -36,3 +36,30 @@ func TestChatCore(t *testing.T) {
 		}
 	}
 }
+
+// TestTimelineModel runs testdata/timeline_test.js, which folds a run's events — an LLM call, a
+// tool call through policy and approval, a sub-agent, overlapping pages — with the console's
+// real timeline model (static/timeline.js), and checks every console script parses.
+func TestTimelineModel(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not installed")
+	}
+	scripts := []string{"console.js", "timeline.js", "pages.js", "session.js", "replay.js", "boot.js"}
+	for _, f := range append(scripts, "../testdata/timeline_test.js") {
+		if _, err := os.ReadFile("static/" + f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var runs [][]string
+	for _, f := range scripts {
+		runs = append(runs, []string{"--check", "static/" + f})
+	}
+	runs = append(runs, []string{"testdata/timeline_test.js"})
+	for _, args := range runs {
+		out, err := exec.CommandContext(t.Context(), node, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("node %v: %v\n%s", args, err, out)
+		}
+	}
+}

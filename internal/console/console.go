@@ -1,7 +1,9 @@
-// Package console is agentplane's embedded web UI. Today it is the chat page a newcomer opens
-// after `agentplane serve --demo`: it speaks the ingress WebSocket protocol (DESIGN.md §4) at
-// /v1/ws from the browser. Everything it serves is compiled into the binary; nothing is fetched
-// from anywhere else at run time.
+// Package console is agentplane's embedded web UI: the chat page a newcomer opens after
+// `agentplane serve --demo` (at "/", speaking the ingress WebSocket protocol of DESIGN.md §4), and
+// the operator console (at "/console/…", DESIGN.md §14: sessions, the run-tree timeline, replay,
+// approvals, agents, tools, MCP servers, usage), which reads only the public HTTP API.
+// Everything it serves is compiled into the binary; nothing is fetched from anywhere else at run
+// time, and there is no build step.
 package console
 
 import (
@@ -21,9 +23,11 @@ const contentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 
 // loadSite prepares the embedded files once per process, however many times Handler is called.
 var loadSite = sync.OnceValues(newSite)
 
-// Handler returns the console: the chat page at "/" and its assets at "/static/<name>.<sum>.<ext>".
-// It routes both itself, so the caller can mount it for "GET /" and "GET /static/" alike; any
-// other path it is given answers 404. Assets are served with year-long immutable caching because
+// Handler returns the console: the chat page at "/", the operator console's shell at "/console"
+// and every path under "/console/" (its scripts route by the URL, so a deep link survives a
+// reload), and the assets at "/static/<name>.<sum>.<ext>". It routes all of them itself, so the
+// caller can mount it for "GET /", "GET /console", "GET /console/" and "GET /static/" alike;
+// any other path it is given answers 404. Assets are served with year-long immutable caching because
 // their URLs change with their content; the page itself is revalidated on every load.
 //
 // Handler panics if the embedded files are broken (a build defect the package tests catch).
@@ -34,16 +38,28 @@ func Handler() http.Handler {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.serveIndex)
+	mux.HandleFunc("GET /console", s.serveConsole)
+	mux.HandleFunc("GET /console/", s.serveConsole)
 	mux.HandleFunc("GET /static/{name}", s.serveAsset)
 	return securityHeaders(mux)
 }
 
 func (s *site) serveIndex(w http.ResponseWriter, r *http.Request) {
+	servePage(w, r, s.index, s.indexETag)
+}
+
+// serveConsole answers every console URL with the same shell; console.js renders the view the
+// path names.
+func (s *site) serveConsole(w http.ResponseWriter, r *http.Request) {
+	servePage(w, r, s.console, s.consoleETag)
+}
+
+func servePage(w http.ResponseWriter, r *http.Request, page []byte, etag string) {
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
-	h.Set("ETag", s.indexETag)
-	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(s.index))
+	h.Set("ETag", etag)
+	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(page))
 }
 
 func (s *site) serveAsset(w http.ResponseWriter, r *http.Request) {

@@ -40,6 +40,8 @@ func newServer(t *testing.T) *httptest.Server {
 	mux := http.NewServeMux()
 	h := console.Handler()
 	mux.Handle("GET /", h)
+	mux.Handle("GET /console", h)
+	mux.Handle("GET /console/", h)
 	mux.Handle("GET /static/", h)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
@@ -198,7 +200,17 @@ func TestNoExternalResources(t *testing.T) {
 			t.Errorf("index refers to %q, not a checksummed asset", m[1])
 		}
 	}
-	files := []string{"templates/index.html", "static/app.js", "static/chat.js", "static/app.css", "static/favicon.svg"}
+	_, shell := get(t, srv, "/console/sessions")
+	for _, m := range regexp.MustCompile(`(?:src|href)="([^"]*)"`).FindAllStringSubmatch(shell, -1) {
+		if !(assetURL.MatchString(m[1]) && strings.HasPrefix(m[1], "/static/")) && !strings.HasPrefix(m[1], "/console/") && m[1] != "/" {
+			t.Errorf("the console refers to %q, not a checksummed asset or a console page", m[1])
+		}
+	}
+	files := []string{"templates/index.html", "templates/console.html", "static/app.js", "static/chat.js", "static/app.css", "static/favicon.svg"}
+	for _, f := range consoleScripts {
+		files = append(files, "static/"+f)
+	}
+	files = append(files, "static/console.css")
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -224,5 +236,51 @@ func TestHandlerTwice(t *testing.T) {
 	_, ib := get(t, b, "/")
 	if ia != ib {
 		t.Error("two handlers render different pages")
+	}
+}
+
+// consoleScripts are the operator console's scripts, in the order the shell loads them.
+var consoleScripts = []string{"console.js", "timeline.js", "pages.js", "session.js", "replay.js", "boot.js"}
+
+// TestConsoleShell: every console URL — deep links to a session, its replay, the inbox —
+// answers the same shell page, so a reload lands on the view the URL names; the shell loads the
+// chat page's protocol core and the console's scripts by checksummed URLs.
+func TestConsoleShell(t *testing.T) {
+	srv := newServer(t)
+	_, first := get(t, srv, "/console")
+	for _, path := range []string{"/console", "/console/", "/console/sessions", "/console/sessions/ses_123", "/console/sessions/ses_123/replay?speed=instant",
+		"/console/approvals", "/console/agents", "/console/tools", "/console/mcp", "/console/usage", "/console/anything/else"} {
+		res, body := get(t, srv, path)
+		if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "text/html; charset=utf-8" || res.Header.Get("Cache-Control") != "no-cache" {
+			t.Errorf("GET %s = %d %q %q", path, res.StatusCode, res.Header.Get("Content-Type"), res.Header.Get("Cache-Control"))
+		}
+		assertSecurityHeaders(t, res)
+		if body != first {
+			t.Errorf("GET %s is not the console shell", path)
+		}
+	}
+	urls := assetURLs(t, first)
+	for _, name := range append([]string{"chat.js", "app.css", "console.css"}, consoleScripts...) {
+		if urls[name] == "" {
+			t.Errorf("the console shell does not load %s by a checksummed URL", name)
+		}
+	}
+	// Scripts run in order: the chat core and console.js before the pages that use them.
+	order := regexp.MustCompile(`<script defer src="/static/([a-z]+)\.[0-9a-f]{8}\.js"`).FindAllStringSubmatch(first, -1)
+	var got []string
+	for _, m := range order {
+		got = append(got, m[1]+".js")
+	}
+	if want := append([]string{"chat.js"}, consoleScripts...); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("scripts load as %v, want %v", got, want)
+	}
+	for _, want := range []string{`id="login-form"`, `id="view"`, `id="nav"`} {
+		if !strings.Contains(first, want) {
+			t.Errorf("the console shell lacks %s", want)
+		}
+	}
+	// The chat page is still at "/".
+	if _, index := get(t, srv, "/"); !strings.Contains(index, `id="message-input"`) {
+		t.Error("the chat page moved")
 	}
 }

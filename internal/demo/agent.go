@@ -1,13 +1,15 @@
 // Package demo is what `serve --demo` starts: a real HTTP agent on its own
 // loopback port, built with the Go SDK and registered through the normal
-// API, and the tools it calls (tools.go). Every message goes to a model
+// API, and the tools it calls (tools.go), one MCP server's among them
+// (mcp.go). Every message goes to a model
 // through the platform's LLM proxy with the run's tools offered for
 // function calling — the built-in fake upstream by default (which picks a
 // tool by the words of the message: see internal/fakellm), a real model
 // when AGENTPLANE_LLM_BASE_URL is set. The tool the model picks is invoked
 // through the platform's tool API: the server tool demo.weather, the
-// browser's client tool client.now, or the server tool demo.transfer, which
-// asks a human for approval above 100.
+// browser's client tool client.now, the server tool demo.transfer, which
+// asks a human for approval above 100, or the MCP tools
+// demo_mcp@lookup_order and demo_mcp@refund (every refund needs an approval).
 package demo
 
 import (
@@ -37,10 +39,13 @@ type Agent struct {
 	// ToolsURL is the base URL of the demo's server tools
 	// (POST {ToolsURL}/weather, POST {ToolsURL}/transfer).
 	ToolsURL string
+	// MCPURL is the demo's MCP server (mcp.go), to register with
+	// RegisterMCPServer.
+	MCPURL string
 
-	ln, toolsLn   net.Listener
-	srv, toolsSrv *http.Server
-	model         string
+	ln, toolsLn, mcpLn    net.Listener
+	srv, toolsSrv, mcpSrv *http.Server
+	model                 string
 }
 
 // Listen reserves the loopback ports of the demo agent and of its tools, so
@@ -55,7 +60,18 @@ func Listen() (*Agent, error) {
 		ln.Close()
 		return nil, fmt.Errorf("demo tools: %w", err)
 	}
-	return &Agent{URL: "http://" + ln.Addr().String(), ToolsURL: "http://" + toolsLn.Addr().String(), ln: ln, toolsLn: toolsLn}, nil
+	mcpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		ln.Close()
+		toolsLn.Close()
+		return nil, fmt.Errorf("demo MCP server: %w", err)
+	}
+	// The MCP server serves at once: the platform connects to it as soon
+	// as it is registered, before the agent is served.
+	mcpSrv := &http.Server{Handler: newMCPServer(), ReadHeaderTimeout: 10 * time.Second}
+	go mcpSrv.Serve(mcpLn)
+	return &Agent{URL: "http://" + ln.Addr().String(), ToolsURL: "http://" + toolsLn.Addr().String(), MCPURL: "http://" + mcpLn.Addr().String() + "/mcp",
+		ln: ln, toolsLn: toolsLn, mcpLn: mcpLn, mcpSrv: mcpSrv}, nil
 }
 
 // Serve answers invocations, calling model and the tools through the
@@ -72,10 +88,12 @@ func (a *Agent) Serve(platformURL, agentKey, model string) {
 
 // Stop closes the demo agent and its tools.
 func (a *Agent) Stop(ctx context.Context) error {
+	// The MCP server's stream to the platform stays open: close, not shut down.
+	mcpErr := a.mcpSrv.Close()
 	if a.srv == nil {
-		return errors.Join(a.ln.Close(), a.toolsLn.Close())
+		return errors.Join(a.ln.Close(), a.toolsLn.Close(), mcpErr)
 	}
-	return errors.Join(a.srv.Shutdown(ctx), a.toolsSrv.Shutdown(ctx))
+	return errors.Join(a.srv.Shutdown(ctx), a.toolsSrv.Shutdown(ctx), mcpErr)
 }
 
 // reply answers one message with the OpenAI function-calling loop, every
@@ -129,7 +147,7 @@ func (a *Agent) reply(ctx context.Context, req *agentplane.Request, s agentplane
 // calling tools is asked for its answer without them.
 const maxToolRounds = 4
 
-const systemPrompt = "You are the agentplane demo agent. Answer briefly and kindly. Use the tools you are given for weather, the user's time and money transfers."
+const systemPrompt = "You are the agentplane demo agent. Answer briefly and kindly. Use the tools you are given for weather, the user's time, money transfers, and looking up or refunding orders."
 
 // chatMessage is a Chat Completions message as sent and as rebuilt from a
 // stream.

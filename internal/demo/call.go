@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 
 	agentplane "github.com/agentplane/agentplane/sdk/go"
 )
@@ -47,7 +48,34 @@ func callTool(ctx context.Context, c *agentplane.Client, s agentplane.Stream, ca
 	if len(res) == 0 {
 		res = json.RawMessage(`null`)
 	}
-	return string(res), nil
+	return mcpToolMessage(res), nil
+}
+
+// mcpToolMessage is what the model is told of an MCP tool's result
+// ({"content": [...], "structuredContent": {...}}): the structured content
+// when there is some, else the text of its content; any other result as
+// it is.
+func mcpToolMessage(res json.RawMessage) string {
+	var r struct {
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+		StructuredContent json.RawMessage `json:"structuredContent"`
+	}
+	if json.Unmarshal(res, &r) != nil || r.Content == nil {
+		return string(res)
+	}
+	if len(r.StructuredContent) > 0 {
+		return string(r.StructuredContent)
+	}
+	var text []string
+	for _, c := range r.Content {
+		if c.Type == "text" {
+			text = append(text, c.Text)
+		}
+	}
+	return strings.Join(text, "\n")
 }
 
 func errorContent(code, message string) string {

@@ -254,7 +254,12 @@ func (p *chatPage) controls() controls {
 func (p *chatPage) describe() string {
 	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
 	defer cancel()
-	raw, err := chromedp.Run(ctx, chromedp.Evaluate[[]byte](`({state: window.agentplaneChat && window.agentplaneChat.state(), bubbles: `+bubblesJS+`, controls: `+controlsJS+`, status: document.getElementById('connection-status').textContent, toasts: Array.from(document.querySelectorAll('#toasts .toast span')).map(function (e) { return e.textContent; })})`))
+	js := `({state: window.agentplaneChat && window.agentplaneChat.state(), bubbles: ` + bubblesJS + `, controls: ` + controlsJS + `, status: document.getElementById('connection-status').textContent, toasts: Array.from(document.querySelectorAll('#toasts .toast span')).map(function (e) { return e.textContent; })})`
+	if console, _ := chromedp.Run(ctx, chromedp.Evaluate[bool](`!!window.agentplaneConsole`)); console {
+		// The operator console (browser_console_test.go): its page and state.
+		js = `({url: location.href, page: window.agentplaneConsole.page(), state: window.agentplaneConsole.state(), view: document.getElementById('view').innerText.slice(0, 2000)})`
+	}
+	raw, err := chromedp.Run(ctx, chromedp.Evaluate[[]byte](js))
 	if err != nil {
 		return fmt.Sprintf("(page state unavailable: %v)", err)
 	}

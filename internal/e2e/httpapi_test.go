@@ -262,10 +262,11 @@ func TestMetrics(t *testing.T) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	for _, want := range []string{
-		"agentplane_runs_started_total 3",
-		`agentplane_runs_finished_total{outcome="DONE"} 2`,
-		`agentplane_runs_finished_total{outcome="FAILED:agent_http_error"} 1`,
-		`agentplane_run_duration_seconds_count{status="DONE"} 2`,
+		`agentplane_runs_started_total{agent="ok"} 2`,
+		`agentplane_runs_started_total{agent="bad"} 1`,
+		`agentplane_runs_finished_total{agent="ok",cause="agent",code="",status="DONE"} 2`,
+		`agentplane_runs_finished_total{agent="bad",cause="agent",code="agent_http_error",status="FAILED"} 1`,
+		`agentplane_run_duration_seconds_count{agent="ok",status="DONE"} 2`,
 		"agentplane_ws_connections 1",
 		"agentplane_runs_active 0",
 		"agentplane_events_appended_total",

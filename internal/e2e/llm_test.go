@@ -62,6 +62,9 @@ func TestDemoPromptsGoThroughTheLLM(t *testing.T) {
 		{"What's the weather in Paris?", "demo.weather", "city: Paris"},
 		{"What time is it?", "client.now", "time_zone: Europe/Paris"},
 		{"Send 250 to Bob", "demo.transfer", "status: sent"},
+		// The demo's MCP server: a lookup, and a refund (behind an approval).
+		{"Look up order 1042", "demo_mcp@lookup_order", "order_id: 1042"},
+		{"Refund order 1042", "demo_mcp@refund", "status: refunded"},
 	} {
 		inv := map[string]any{"type": "agent_invoke", "request_id": "r-" + tt.tool, "agent_id": "demo", "message": map[string]any{"role": "user", "content": tt.prompt}}
 		if sid != "" {

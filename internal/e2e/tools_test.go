@@ -899,8 +899,12 @@ func TestToolApprovalOverHTTP(t *testing.T) {
 		if pending == nil || pending["status"] != "PENDING" || pending["run_id"] != runID || pending["tool_name"] != "pay.transfer" || sv(pending, "args_summary") == "" {
 			t.Fatalf("GET /v1/approvals?status=PENDING: %v", pending)
 		}
-		if code, _ := s.call("GET", "/v1/approvals?status=PENDING", "alice-key", nil); code != http.StatusUnauthorized && code != http.StatusForbidden {
-			t.Fatalf("a user listed approvals: %d", code)
+		// A user key reads the approvals of its own sessions only (issue 11).
+		if code, body := s.call("GET", "/v1/approvals?status=PENDING", "alice-key", nil); code != http.StatusOK || len(body["approvals"].([]any)) != 1 {
+			t.Fatalf("alice listing her approvals: %d %v", code, body)
+		}
+		if code, body := s.call("GET", "/v1/approvals?status=PENDING", "bob-key", nil); code != http.StatusOK || len(body["approvals"].([]any)) != 0 {
+			t.Fatalf("bob listing approvals sees alice's: %d %v", code, body)
 		}
 		if code, body := s.call("POST", "/v1/approvals/"+apID+":decide", "alice-key", map[string]any{"decision": "approve"}); code != http.StatusUnauthorized && code != http.StatusForbidden {
 			t.Fatalf("a user key decided over HTTP: %d %v", code, body)

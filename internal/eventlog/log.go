@@ -13,8 +13,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode"
 
+	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/store"
 )
 
@@ -38,6 +40,8 @@ type Options struct {
 	// random part: two processes must never share an origin, or each
 	// would skip the other's notifications as its own (issue 8, item 12).
 	Origin string
+	// Metrics, when set, receives the commit latency.
+	Metrics *metrics.Registry
 }
 
 // Log appends events and fans them out to subscribers after commit.
@@ -76,8 +80,12 @@ func New(st store.Store, opts Options) *Log {
 		opts.Logger = slog.Default()
 	}
 	l := &Log{origin: newOrigin(opts.Origin), st: st, hub: NewHub(), seed: maphash.MakeSeed()}
+	var commitLatency *metrics.HistogramVec
+	if opts.Metrics != nil {
+		commitLatency = metrics.EventCommit(opts.Metrics)
+	}
 	for range opts.Shards {
-		w := &writer{st: st, origin: l.origin, appended: &l.appended, commits: &l.commits, queue: make(chan *op, opts.QueueSize), publish: l.publish, maxBatch: opts.MaxBatch, log: opts.Logger}
+		w := &writer{st: st, origin: l.origin, appended: &l.appended, commits: &l.commits, queue: make(chan *op, opts.QueueSize), publish: l.publish, maxBatch: opts.MaxBatch, log: opts.Logger, latency: commitLatency}
 		stopped := make(chan struct{})
 		l.shards = append(l.shards, w)
 		l.stopped = append(l.stopped, stopped)
@@ -154,6 +162,7 @@ func (l *Log) submit(ctx context.Context, sessionID string, o *op) error {
 	if l.closing {
 		return ErrClosed
 	}
+	o.queued = time.Now()
 	select {
 	case l.shardFor(sessionID).queue <- o:
 		return nil

@@ -27,6 +27,7 @@ const (
 	TypeToolDispatched   = "tool_dispatched"   // {tool_call_id, tool_name, kind, attempt, deadline_at}
 	TypeToolRequest      = "tool_request"      // {tool_call_id, tool_name, args, deadline_ts}
 	TypeToolResult       = "tool_result"       // {tool_call_id, tool_name, state, status, result?, error?, duration_ms, exec_ms}
+	TypeToolProgress     = "tool_progress"     // {tool_call_id, tool_name, progress, total?, message?} (an MCP server's progress)
 )
 
 // Multi-agent events (issue 9, DESIGN §11). agent_called_child is logged

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
+	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/store"
 )
 
@@ -24,6 +26,7 @@ type op struct {
 	events []store.EventParams
 	fn     TxFunc
 	done   func(evs []store.Event, err error)
+	queued time.Time // when it was submitted (commit latency)
 }
 
 // writer is one group-commit loop. Ops queue in FIFO order; each commit
@@ -38,6 +41,7 @@ type writer struct {
 	log      *slog.Logger
 	appended *atomic.Int64
 	commits  *atomic.Int64
+	latency  *metrics.HistogramVec // nil: not measured
 }
 
 func (w *writer) loop(stopped chan<- struct{}) {
@@ -178,6 +182,10 @@ func (w *writer) finish(batch []*op, results [][]store.Event, errs []error) {
 		}
 	}
 	w.commits.Add(1)
+	if w.latency != nil && !batch[0].queued.IsZero() {
+		// The batch's first op waited longest: queue, transaction, commit.
+		w.latency.Observe(time.Since(batch[0].queued).Seconds())
+	}
 	if len(all) > 0 {
 		w.appended.Add(int64(len(all)))
 		w.publish(all)

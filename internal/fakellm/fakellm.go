@@ -20,8 +20,9 @@
 // lower-case words (runs of letters and digits; camelCase split); words
 // shorter than three letters, numbers and a short list of stop words ("the",
 // "what", "please", "call" …) are dropped. A tool's words are those of its
-// function name — only the part after the last "." or "__", so
-// "demo__weather" gives "weather" — and of its description. A message word
+// function name — only the part after the last "--" (an MCP server's tool),
+// then after the last "." or "__", so "demo__weather" gives "weather" and
+// "demo_mcp--lookup_order" "lookup_order" — and of its description. A message word
 // matches a tool word when they are equal, or when one starts with the other
 // and the shorter has four letters or more ("look" matches "lookup", "send"
 // matches "sending"). A tool scores 2 for each distinct message word matching

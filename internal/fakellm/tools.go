@@ -110,9 +110,14 @@ func scoreTool(t *toolSpec, msg []string) (score, pos int) {
 }
 
 // functionBaseName is the part of a function name that says what it does:
-// the last dotted segment, with "__" read as "." (the platform's spelling
-// of tool names as functions), so "demo__weather" → "weather".
+// the last dotted segment, with "__" read as "." and what follows "--" as
+// an MCP server's tool (the platform's spelling of tool names as
+// functions), so "demo__weather" → "weather" and "demo_mcp--lookup_order"
+// → "lookup_order".
 func functionBaseName(name string) string {
+	if i := strings.LastIndex(name, "--"); i >= 0 {
+		name = name[i+2:]
+	}
 	name = strings.ReplaceAll(name, "__", ".")
 	if i := strings.LastIndexByte(name, '.'); i >= 0 {
 		return name[i+1:]

@@ -157,17 +157,36 @@ func nonNil(s []string) []string {
 }
 
 // agentList is open to every key: clients pick an agent from it; nothing
-// secret is in an agent row.
+// secret is in an agent row. Paged by agent id (limit, cursor →
+// next_cursor).
 func (a *API) agentList(w http.ResponseWriter, r *http.Request) {
 	if _, ok := a.principal(w, r); !ok {
 		return
 	}
-	list, err := a.St.AgentList(r.Context())
+	limit, err := limitParam(r, 1000, 1000)
+	var c *cursor
+	if err == nil {
+		c, err = decodeCursor(r, "agents")
+	}
 	if err != nil {
 		respond.Err(w, r, err)
 		return
 	}
-	respond.JSON(w, http.StatusOK, map[string]any{"agents": list})
+	after := ""
+	if c != nil {
+		after = c.ID
+	}
+	list, err := a.St.AgentListPage(r.Context(), after, limit+1)
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	next := ""
+	if len(list) > limit {
+		list = list[:limit]
+		next = encodeCursor("agents", 0, list[limit-1].AgentID)
+	}
+	respond.JSON(w, http.StatusOK, map[string]any{"agents": list, "next_cursor": next})
 }
 
 func (a *API) agentGet(w http.ResponseWriter, r *http.Request) {

@@ -2,24 +2,61 @@ package httpapi
 
 import (
 	"net/http"
-	"strconv"
 
+	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/respond"
+	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/toolsvc"
 )
 
-// approvalList serves GET /v1/approvals?status=PENDING&limit= (admin).
+// approvalList serves GET /v1/approvals?status=&limit=&cursor=&order=:
+// the admin sees every approval, a user key those of its own sessions
+// (read only: deciding over HTTP takes the admin key). Oldest first
+// unless order=desc.
 func (a *API) approvalList(w http.ResponseWriter, r *http.Request) {
-	if !a.admin(w, r) {
+	p, ok := a.principal(w, r)
+	if !ok {
 		return
 	}
-	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
-	list, err := a.Tools.ListApprovals(r.Context(), r.URL.Query().Get("status"), limit)
+	params := store.ApprovalListParams{Status: r.URL.Query().Get("status"), SessionID: r.URL.Query().Get("session_id")}
+	switch p.Kind {
+	case auth.Admin:
+	case auth.User:
+		params.UserID = p.UserID
+	default:
+		respond.Err(w, r, errAdminOnly)
+		return
+	}
+	limit, err := limitParam(r, 1000, 1000)
+	if err == nil {
+		params.Desc, err = orderParam(r, "asc")
+	}
+	list := "approvals"
+	if params.Desc {
+		list = "approvals-desc"
+	}
+	var c *cursor
+	if err == nil {
+		c, err = decodeCursor(r, list)
+	}
 	if err != nil {
 		respond.Err(w, r, err)
 		return
 	}
-	respond.JSON(w, http.StatusOK, map[string]any{"approvals": list})
+	params.After = c.storeCursor()
+	params.Limit = limit + 1
+	approvals, err := a.Tools.ListApprovalsPage(r.Context(), &params)
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	next := ""
+	if len(approvals) > limit {
+		approvals = approvals[:limit]
+		last := approvals[limit-1]
+		next = encodeCursor(list, last.CreatedAt, last.ApprovalID)
+	}
+	respond.JSON(w, http.StatusOK, map[string]any{"approvals": approvals, "next_cursor": next})
 }
 
 // decideRequest is the body of POST /v1/approvals/{id}:decide.

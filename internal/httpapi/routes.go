@@ -8,10 +8,12 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/mcpclient"
 	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/run"
@@ -35,10 +37,16 @@ type API struct {
 	Logger  *slog.Logger
 	Metrics *metrics.Registry
 	Tools   *toolsvc.Service
+	MCP     *mcpclient.Manager
 	// FetchCard fetches and checks a remote A2A agent's card at
 	// registration (protocol "a2a"); nil refuses such agents. Its errors
 	// are *respond.Error.
 	FetchCard func(ctx context.Context, endpoint string) (json.RawMessage, error)
+	// Closing, when set, is done once the server shuts down: long-lived
+	// streams (events?follow=1) end then instead of holding the shutdown.
+	Closing context.Context
+
+	streams atomic.Int64 // open follow streams
 }
 
 // Routes registers every management route on mux.
@@ -68,12 +76,27 @@ func (a *API) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /v1/tools/{tool_name}", a.toolDelete)
 	mux.HandleFunc("POST /v1/tools/{verb}", a.toolVerb) // {tool_name}:invoke
 	mux.HandleFunc("GET /v1/tool_calls/{tool_call_id}", a.toolCallGet)
-	mux.HandleFunc("POST /v1/tool_calls/{verb}", a.toolCallVerb) // {tool_call_id}:wait
+	mux.HandleFunc("POST /v1/tool_calls/{verb}", a.toolCallVerb) // {tool_call_id}:wait, :cancel
 	mux.HandleFunc("GET /v1/approvals", a.approvalList)
 	mux.HandleFunc("POST /v1/approvals/{verb}", a.approvalVerb) // {approval_id}:decide
 
+	mux.HandleFunc("GET /v1/mcp_servers", a.mcpServerList)
+	mux.HandleFunc("PUT /v1/mcp_servers/{name}", a.mcpServerPut)
+	mux.HandleFunc("GET /v1/mcp_servers/{name}", a.mcpServerGet)
+	mux.HandleFunc("DELETE /v1/mcp_servers/{name}", a.mcpServerDelete)
+
 	mux.HandleFunc("PUT /v1/context/{key...}", a.contextPut)
 	mux.HandleFunc("GET /v1/context/{key...}", a.contextGet)
+
+	// Operator listings (issue 11); GET /v1/sessions/{id}/events?follow=1
+	// is the live form of the session's events above.
+	mux.HandleFunc("GET /v1/whoami", a.whoami)
+	mux.HandleFunc("GET /v1/sessions", a.sessionList)
+	mux.HandleFunc("GET /v1/runs", a.runList)
+	mux.HandleFunc("GET /v1/usage", a.usageList)
+	if a.Metrics != nil {
+		a.Metrics.GaugeFunc("agentplane_event_streams", "Open follow streams (GET /v1/sessions/{id}/events?follow=1).", func() float64 { return float64(a.streams.Load()) })
+	}
 }
 
 func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
@@ -87,8 +110,7 @@ func (a *API) metrics(w http.ResponseWriter, r *http.Request) {
 	if !a.admin(w, r) {
 		return
 	}
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-	a.Metrics.WriteText(w)
+	a.Metrics.Handler().ServeHTTP(w, r)
 }
 
 func (a *API) readyz(w http.ResponseWriter, r *http.Request) {

@@ -130,6 +130,14 @@ func (a *API) sessionEvents(w http.ResponseWriter, r *http.Request) {
 		respond.Err(w, r, err)
 		return
 	}
+	if follow, err := boolParam(r, "follow"); err != nil || follow {
+		if err != nil {
+			respond.Err(w, r, err)
+			return
+		}
+		a.followEvents(w, r, id)
+		return
+	}
 	a.writeEvents(w, r, &store.EventsListParams{SessionID: id})
 }
 

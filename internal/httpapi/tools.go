@@ -73,12 +73,29 @@ func (a *API) toolList(w http.ResponseWriter, r *http.Request) {
 	}
 	switch p.Kind {
 	case auth.Admin:
-		list, err := a.Tools.ListTools(r.Context())
+		limit, err := limitParam(r, 1000, 1000)
+		var c *cursor
+		if err == nil {
+			c, err = decodeCursor(r, "tools")
+		}
 		if err != nil {
 			respond.Err(w, r, err)
 			return
 		}
-		respond.JSON(w, http.StatusOK, map[string]any{"tools": list})
+		after := ""
+		if c != nil {
+			after = c.ID
+		}
+		list, last, err := a.Tools.ListToolsPage(r.Context(), after, limit)
+		if err != nil {
+			respond.Err(w, r, err)
+			return
+		}
+		next := ""
+		if last != "" {
+			next = encodeCursor("tools", 0, last)
+		}
+		respond.JSON(w, http.StatusOK, map[string]any{"tools": list, "next_cursor": next})
 	case auth.Agent:
 		if id := r.URL.Query().Get("run_id"); id != "" {
 			rn, err := a.St.RunGet(r.Context(), id)
@@ -174,15 +191,20 @@ func (a *API) toolCallGet(w http.ResponseWriter, r *http.Request) {
 }
 
 // toolCallVerb serves POST /v1/tool_calls/{id}:wait?timeout_ms= — a
-// long-poll woken by the call's final state (DESIGN §6).
+// long-poll woken by the call's final state (DESIGN §6) — and
+// POST /v1/tool_calls/{id}:cancel.
 func (a *API) toolCallVerb(w http.ResponseWriter, r *http.Request) {
 	id, verb, ok := splitVerb(r.PathValue("verb"))
-	if !ok || verb != "wait" {
-		respond.Err(w, r, respond.E(http.StatusNotFound, "not_found", "unknown tool call action; use POST /v1/tool_calls/{id}:wait"))
+	if !ok || (verb != "wait" && verb != "cancel") {
+		respond.Err(w, r, respond.E(http.StatusNotFound, "not_found", "unknown tool call action; use POST /v1/tool_calls/{id}:wait or :cancel"))
 		return
 	}
 	who, ok := a.toolCaller(w, r)
 	if !ok {
+		return
+	}
+	if verb == "cancel" {
+		a.toolCallCancel(w, r, who, id)
 		return
 	}
 	timeout, err := waitTimeout(r.URL.Query().Get("timeout_ms"))
@@ -207,4 +229,25 @@ func waitTimeout(s string) (d time.Duration, err error) {
 		return 0, respond.E(http.StatusBadRequest, "invalid_request", "timeout_ms must be between 0 and "+strconv.FormatInt(toolsvc.MaxWait.Milliseconds(), 10))
 	}
 	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// toolCallCancel serves POST /v1/tool_calls/{id}:cancel {reason?}: the
+// call ends CANCELLED unless it has ended already (then it is returned as
+// it is), and its run goes on.
+func (a *API) toolCallCancel(w http.ResponseWriter, r *http.Request, who toolsvc.Caller, id string) {
+	var req struct {
+		Reason string `json:"reason"`
+	}
+	if r.ContentLength != 0 {
+		if err := respond.DecodeJSON(w, r, maxBody, &req); err != nil {
+			respond.Err(w, r, err)
+			return
+		}
+	}
+	v, err := a.Tools.Cancel(r.Context(), who, id, req.Reason)
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
+	respond.JSON(w, http.StatusOK, v)
 }

@@ -39,6 +39,7 @@ type call struct {
 	dog      *time.Timer
 	gotFirst atomic.Bool
 	ttft     time.Duration
+	sentAt   time.Time // the first upstream request left (proxy overhead)
 
 	upstream  string
 	attempts  int
@@ -290,6 +291,9 @@ func (c *call) send(r *http.Request, u *upstream, body []byte) (*http.Response, 
 	// connection turns out dead before anything was written.
 	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	c.armDog()
+	if c.sentAt.IsZero() {
+		c.sentAt = time.Now()
+	}
 	return c.p.tr.RoundTrip(req)
 }
 
@@ -387,6 +391,9 @@ func (c *call) finish() {
 	}
 	if c.gotFirst.Load() {
 		d.TTFTMS = ms(c.ttft)
+	}
+	if !c.sentAt.IsZero() {
+		d.ProxyOverheadMS = ms(c.sentAt.Sub(c.start))
 	}
 	// Usage is partial when the upstream would have reported it but the
 	// call ended (or the upstream answered) without it.

@@ -70,8 +70,12 @@ type CallDone struct {
 	// LatencyMS is from the request reaching the proxy to the last byte of
 	// the answer; TTFTMS to the first byte of the upstream's response body
 	// (the first SSE event of a stream). Both in milliseconds, µs precision.
-	LatencyMS        float64 `json:"latency_ms"`
-	TTFTMS           float64 `json:"ttft_ms"`
+	LatencyMS float64 `json:"latency_ms"`
+	TTFTMS    float64 `json:"ttft_ms"`
+	// ProxyOverheadMS is the latency the proxy itself added before the
+	// first upstream request left: authentication, admission, reading and
+	// checking the body, routing (0 when no request went upstream).
+	ProxyOverheadMS  float64 `json:"proxy_overhead_ms,omitempty"`
 	PromptTokens     int64   `json:"prompt_tokens"`
 	CompletionTokens int64   `json:"completion_tokens"`
 	CachedTokens     int64   `json:"cached_tokens"`

@@ -1,219 +1,253 @@
-// Package metrics keeps the platform's counters and histograms and writes
-// them in the Prometheus text format. It is deliberately tiny: a few
-// labelled counters, gauges read at scrape time, and fixed-bucket
-// histograms — enough for seed 001 §2.5's run/tool success rates and p95s.
+// Package metrics is the process's Prometheus registry (DESIGN §14). It is
+// a thin layer over github.com/prometheus/client_golang, which writes the
+// exposition (text and OpenMetrics, HELP/TYPE, escaping, histogram
+// buckets) and adds the Go runtime and process collectors; this package
+// keeps the call sites a line each and bounds label cardinality.
+//
+// Label values must come from bounded sets: agent ids and tool names (the
+// registries bound them), states, error codes, models. Never run, session
+// or call ids. As a backstop every vector keeps at most MaxSeries label
+// combinations; further ones are counted under the value "_other".
 package metrics
 
 import (
 	"fmt"
 	"io"
-	"math"
-	"sort"
+	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
 )
 
-// Registry holds every metric of a process.
+// MaxSeries bounds the label combinations of one metric.
+const MaxSeries = 2000
+
+// Overflow is the label value series beyond MaxSeries are counted under.
+const Overflow = "_other"
+
+// Registry holds every metric of a process. Registering a name twice
+// returns the first metric (so packages sharing a registry may each ask
+// for one they both record); asking for it with other labels or of another
+// kind is a programming error and panics.
 type Registry struct {
-	mu      sync.Mutex
-	metrics map[string]metric
+	reg *prometheus.Registry
+
+	mu    sync.Mutex
+	byKey map[string]any // name -> *CounterVec | *HistogramVec | gaugeFunc marker
+	spec  map[string]string
 }
 
-type metric interface {
-	write(w io.Writer, name string)
-	help() (string, string) // help text, type
+// New makes a registry with the Go runtime and process collectors
+// (go_*, process_resident_memory_bytes, …) already in it.
+func New() *Registry {
+	r := &Registry{reg: prometheus.NewRegistry(), byKey: map[string]any{}, spec: map[string]string{}}
+	r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return r
 }
 
-// New makes an empty registry.
-func New() *Registry { return &Registry{metrics: map[string]metric{}} }
-
-// Counter is a monotonically increasing count per label value.
-type Counter struct {
-	text, label string
-	mu          sync.Mutex
-	vals        map[string]*atomic.Int64
+// Handler serves the registry for a scraper (content negotiation included).
+func (r *Registry) Handler() http.Handler {
+	return promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{})
 }
 
-// Counter registers (or returns) a counter with at most one label.
-func (r *Registry) Counter(name, help, label string) *Counter {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if m, ok := r.metrics[name].(*Counter); ok {
+// WriteText writes every metric in the Prometheus text format.
+func (r *Registry) WriteText(w io.Writer) error {
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		return err
+	}
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lookup returns the metric registered as name, checking it was asked for
+// the same way (spec); nil when new.
+func (r *Registry) lookup(name, spec string) any {
+	if m, ok := r.byKey[name]; ok {
+		if r.spec[name] != spec {
+			panic(fmt.Sprintf("metrics: %s registered as %s, asked for as %s", name, r.spec[name], spec))
+		}
 		return m
 	}
-	c := &Counter{text: help, label: label, vals: map[string]*atomic.Int64{}}
-	r.metrics[name] = c
+	return nil
+}
+
+func (r *Registry) add(name, spec string, m any, c prometheus.Collector) {
+	r.reg.MustRegister(c)
+	r.byKey[name] = m
+	r.spec[name] = spec
+}
+
+// limiter maps label combinations past MaxSeries to Overflow.
+type limiter struct {
+	mu   sync.RWMutex
+	seen map[string]struct{}
+}
+
+func (l *limiter) values(vals []string) []string {
+	key := strings.Join(vals, "\xff")
+	l.mu.RLock()
+	_, ok := l.seen[key]
+	n := len(l.seen)
+	l.mu.RUnlock()
+	if ok {
+		return vals
+	}
+	if n >= MaxSeries {
+		out := make([]string, len(vals))
+		for i := range out {
+			out[i] = Overflow
+		}
+		return out
+	}
+	l.mu.Lock()
+	if l.seen == nil {
+		l.seen = map[string]struct{}{}
+	}
+	l.seen[key] = struct{}{}
+	l.mu.Unlock()
+	return vals
+}
+
+// CounterVec is a counter per combination of label values.
+type CounterVec struct {
+	vec *prometheus.CounterVec
+	lim limiter
+}
+
+// CounterVec registers (or returns) a counter with the given labels.
+func (r *Registry) CounterVec(name, help string, labels ...string) *CounterVec {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	spec := "counter" + fmt.Sprint(labels)
+	if m := r.lookup(name, spec); m != nil {
+		return m.(*CounterVec)
+	}
+	c := &CounterVec{vec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)}
+	r.add(name, spec, c, c.vec)
 	return c
+}
+
+// Add adds v (≥ 0) to the series of the label values, in label order.
+func (c *CounterVec) Add(v float64, labelValues ...string) {
+	c.vec.WithLabelValues(c.lim.values(labelValues)...).Add(v)
+}
+
+// Inc adds one.
+func (c *CounterVec) Inc(labelValues ...string) { c.Add(1, labelValues...) }
+
+// HistogramVec is a histogram per combination of label values.
+type HistogramVec struct {
+	vec *prometheus.HistogramVec
+	lim limiter
+}
+
+// HistogramVec registers (or returns) a histogram with upper bounds
+// (ascending) and the given labels.
+func (r *Registry) HistogramVec(name, help string, bounds []float64, labels ...string) *HistogramVec {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	spec := "histogram" + fmt.Sprint(labels) + fmt.Sprint(bounds)
+	if m := r.lookup(name, spec); m != nil {
+		return m.(*HistogramVec)
+	}
+	h := &HistogramVec{vec: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: bounds}, labels)}
+	r.add(name, spec, h, h.vec)
+	return h
+}
+
+// Observe records v under the label values, in label order.
+func (h *HistogramVec) Observe(v float64, labelValues ...string) {
+	h.vec.WithLabelValues(h.lim.values(labelValues)...).Observe(v)
+}
+
+// Counter is a counter with at most one label, counted in whole numbers.
+type Counter struct {
+	vec   *CounterVec
+	label bool
+}
+
+// Counter registers (or returns) a counter with at most one label ("" for
+// none).
+func (r *Registry) Counter(name, help, label string) *Counter {
+	if label == "" {
+		return &Counter{vec: r.CounterVec(name, help)}
+	}
+	return &Counter{vec: r.CounterVec(name, help, label), label: true}
 }
 
 // Add adds n for a label value ("" when the counter has no label).
 func (c *Counter) Add(labelValue string, n int64) {
-	c.mu.Lock()
-	v := c.vals[labelValue]
-	if v == nil {
-		v = &atomic.Int64{}
-		c.vals[labelValue] = v
+	if c.label {
+		c.vec.Add(float64(n), labelValue)
+		return
 	}
-	c.mu.Unlock()
-	v.Add(n)
+	c.vec.Add(float64(n))
 }
 
-// Value reads a label value's count.
-func (c *Counter) Value(labelValue string) int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if v := c.vals[labelValue]; v != nil {
-		return v.Load()
-	}
-	return 0
+// Histogram is a histogram with at most one label.
+type Histogram struct {
+	vec   *HistogramVec
+	label bool
 }
 
-func (c *Counter) help() (string, string) { return c.text, "counter" }
-
-func (c *Counter) write(w io.Writer, name string) {
-	c.mu.Lock()
-	keys := make([]string, 0, len(c.vals))
-	for k := range c.vals {
-		keys = append(keys, k)
+// Histogram registers (or returns) a histogram with upper bounds
+// (ascending) and at most one label ("" for none).
+func (r *Registry) Histogram(name, help, label string, bounds []float64) *Histogram {
+	if label == "" {
+		return &Histogram{vec: r.HistogramVec(name, help, bounds)}
 	}
-	c.mu.Unlock()
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(w, "%s%s %d\n", name, labels(c.label, k), c.Value(k))
-	}
+	return &Histogram{vec: r.HistogramVec(name, help, bounds, label), label: true}
 }
 
-// Gauge is read at scrape time.
-type Gauge struct {
-	text, typ string
-	fn        func() float64
+// Observe records v under a label value ("" when the histogram has none).
+func (h *Histogram) Observe(labelValue string, v float64) {
+	if h.label {
+		h.vec.Observe(v, labelValue)
+		return
+	}
+	h.vec.Observe(v)
 }
 
-// GaugeFunc registers a gauge whose value fn returns.
+// GaugeFunc registers a gauge whose value fn returns at scrape time. A
+// second registration of name is ignored (the first fn stays).
 func (r *Registry) GaugeFunc(name, help string, fn func() float64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.metrics[name] = &Gauge{text: help, typ: "gauge", fn: fn}
+	r.valueFunc(name, help, prometheus.GaugeValue, fn)
 }
 
 // CounterFunc registers a counter kept elsewhere and read at scrape time.
 func (r *Registry) CounterFunc(name, help string, fn func() float64) {
+	r.valueFunc(name, help, prometheus.CounterValue, fn)
+}
+
+func (r *Registry) valueFunc(name, help string, typ prometheus.ValueType, fn func() float64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.metrics[name] = &Gauge{text: help, typ: "counter", fn: fn}
-}
-
-func (g *Gauge) help() (string, string) { return g.text, g.typ }
-func (g *Gauge) write(w io.Writer, name string) {
-	fmt.Fprintf(w, "%s %s\n", name, formatFloat(g.fn()))
-}
-
-// Histogram counts observations into fixed buckets, per label value.
-type Histogram struct {
-	text, label string
-	bounds      []float64
-	mu          sync.Mutex
-	series      map[string]*series
-}
-
-type series struct {
-	counts []int64 // per bucket, plus +Inf
-	sum    float64
-	n      int64
-}
-
-// Histogram registers a histogram with upper bounds (ascending).
-func (r *Registry) Histogram(name, help, label string, bounds []float64) *Histogram {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if m, ok := r.metrics[name].(*Histogram); ok {
-		return m
+	spec := fmt.Sprint("func", typ)
+	if r.lookup(name, spec) != nil {
+		return
 	}
-	h := &Histogram{text: help, label: label, bounds: bounds, series: map[string]*series{}}
-	r.metrics[name] = h
-	return h
-}
-
-// Observe records v under a label value.
-func (h *Histogram) Observe(labelValue string, v float64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	s := h.series[labelValue]
-	if s == nil {
-		s = &series{counts: make([]int64, len(h.bounds)+1)}
-		h.series[labelValue] = s
+	var c prometheus.Collector
+	if typ == prometheus.GaugeValue {
+		c = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, fn)
+	} else {
+		c = prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, fn)
 	}
-	i := sort.SearchFloat64s(h.bounds, v)
-	s.counts[i]++
-	s.sum += v
-	s.n++
-}
-
-func (h *Histogram) help() (string, string) { return h.text, "histogram" }
-
-func (h *Histogram) write(w io.Writer, name string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	keys := make([]string, 0, len(h.series))
-	for k := range h.series {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		s := h.series[k]
-		var cum int64
-		for i, b := range h.bounds {
-			cum += s.counts[i]
-			fmt.Fprintf(w, "%s_bucket%s %d\n", name, labels(h.label, k, "le", formatFloat(b)), cum)
-		}
-		fmt.Fprintf(w, "%s_bucket%s %d\n", name, labels(h.label, k, "le", "+Inf"), s.n)
-		fmt.Fprintf(w, "%s_sum%s %s\n", name, labels(h.label, k), formatFloat(s.sum))
-		fmt.Fprintf(w, "%s_count%s %d\n", name, labels(h.label, k), s.n)
-	}
-}
-
-// WriteText writes every metric in the Prometheus text format.
-func (r *Registry) WriteText(w io.Writer) {
-	r.mu.Lock()
-	names := make([]string, 0, len(r.metrics))
-	for n := range r.metrics {
-		names = append(names, n)
-	}
-	r.mu.Unlock()
-	sort.Strings(names)
-	for _, n := range names {
-		r.mu.Lock()
-		m := r.metrics[n]
-		r.mu.Unlock()
-		text, typ := m.help()
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", n, text, n, typ)
-		m.write(w, n)
-	}
-}
-
-// labels renders {k="v",…}, skipping pairs with an empty key.
-func labels(kv ...string) string {
-	var parts []string
-	for i := 0; i+1 < len(kv); i += 2 {
-		if kv[i] == "" {
-			continue
-		}
-		v := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(kv[i+1])
-		parts = append(parts, kv[i]+`="`+v+`"`)
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return "{" + strings.Join(parts, ",") + "}"
-}
-
-func formatFloat(f float64) string {
-	if math.IsInf(f, 1) {
-		return "+Inf"
-	}
-	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.6f", f), "0"), ".")
+	r.add(name, spec, struct{}{}, c)
 }
 
 // DurationBuckets are seconds from 5 ms to 10 min.
 var DurationBuckets = []float64{0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
+// LatencyBuckets are seconds from 100 µs to 10 s, for steps that should
+// be fast (a commit, the proxy's own work, a first token).
+var LatencyBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}

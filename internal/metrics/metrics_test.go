@@ -1,9 +1,32 @@
 package metrics
 
 import (
+	"fmt"
+	"io"
+	"net/http/httptest"
 	"strings"
 	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
+
+// scrape writes the registry as text and parses it back with Prometheus's
+// own parser: what a scraper would read.
+func scrape(t *testing.T, r *Registry) (string, map[string]*dto.MetricFamily) {
+	t.Helper()
+	var b strings.Builder
+	if err := r.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatalf("the exposition does not parse: %v\n%s", err, b.String())
+	}
+	return b.String(), mfs
+}
 
 func TestTextFormat(t *testing.T) {
 	r := New()
@@ -15,15 +38,84 @@ func TestTextFormat(t *testing.T) {
 	h.Observe("DONE", 0.05)
 	h.Observe("DONE", 0.5)
 	h.Observe("DONE", 5)
-	var b strings.Builder
-	r.WriteText(&b)
+	v := r.CounterVec("tokens_total", "Tokens with \\ and\nnewline in help.", "agent", "model")
+	v.Add(10, "a", `m"1\`)
+	v.Add(0.5, "a", "m\n2")
+	text, mfs := scrape(t, r)
 	for _, want := range []string{
 		"# TYPE runs_finished_total counter", `runs_finished_total{status="DONE"} 2`, `runs_finished_total{status="FAILED"} 1`,
 		"ws_connections 3", `run_duration_seconds_bucket{status="DONE",le="0.1"} 1`, `run_duration_seconds_bucket{status="DONE",le="1"} 2`,
 		`run_duration_seconds_bucket{status="DONE",le="+Inf"} 3`, `run_duration_seconds_count{status="DONE"} 3`, `run_duration_seconds_sum{status="DONE"} 5.55`,
+		`# HELP tokens_total Tokens with \\ and\nnewline in help.`, `tokens_total{agent="a",model="m\"1\\"} 10`, `tokens_total{agent="a",model="m\n2"} 0.5`,
+		"# TYPE process_resident_memory_bytes gauge", "# TYPE go_goroutines gauge",
 	} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("missing %q in:\n%s", want, b.String())
+		if !strings.Contains(text, want) {
+			t.Errorf("missing %q in:\n%s", want, text)
 		}
+	}
+	if got := mfs["tokens_total"].GetMetric(); len(got) != 2 {
+		t.Fatalf("tokens_total series %v", got)
+	}
+	for _, m := range mfs["tokens_total"].GetMetric() {
+		if lv := m.GetLabel()[1].GetValue(); lv != `m"1\` && lv != "m\n2" {
+			t.Errorf("label value read back as %q", lv)
+		}
+	}
+}
+
+func TestSameNameReturnsTheSameMetric(t *testing.T) {
+	r := New()
+	a := r.CounterVec("x_total", "X.", "agent")
+	b := r.CounterVec("x_total", "X.", "agent")
+	a.Inc("p")
+	b.Inc("p")
+	_, mfs := scrape(t, r)
+	if got := mfs["x_total"].GetMetric()[0].GetCounter().GetValue(); got != 2 {
+		t.Fatalf("x_total = %v, want 2 (one metric)", got)
+	}
+	r.GaugeFunc("g", "G.", func() float64 { return 1 })
+	r.GaugeFunc("g", "G.", func() float64 { return 2 }) // ignored
+	defer func() {
+		if recover() == nil {
+			t.Fatal("asking for x_total with other labels did not panic")
+		}
+	}()
+	r.CounterVec("x_total", "X.", "tool")
+}
+
+func TestCardinalityIsBounded(t *testing.T) {
+	r := New()
+	v := r.CounterVec("calls_total", "Calls.", "model")
+	for i := range MaxSeries + 50 {
+		v.Inc(fmt.Sprintf("m%d", i))
+	}
+	v.Inc("m0") // an old value keeps its own series
+	_, mfs := scrape(t, r)
+	series := mfs["calls_total"].GetMetric()
+	if len(series) != MaxSeries+1 {
+		t.Fatalf("%d series, want %d + the overflow one", len(series), MaxSeries)
+	}
+	for _, m := range series {
+		switch m.GetLabel()[0].GetValue() {
+		case Overflow:
+			if m.GetCounter().GetValue() != 50 {
+				t.Errorf("overflow counted %v, want 50", m.GetCounter().GetValue())
+			}
+		case "m0":
+			if m.GetCounter().GetValue() != 2 {
+				t.Errorf("m0 counted %v, want 2", m.GetCounter().GetValue())
+			}
+		}
+	}
+}
+
+func TestHandlerServesTheExposition(t *testing.T) {
+	r := New()
+	r.Counter("hits_total", "Hits.", "").Add("", 3)
+	rec := httptest.NewRecorder()
+	r.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	if rec.Code != 200 || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/plain") || !strings.Contains(string(body), "hits_total 3") {
+		t.Fatalf("%d %s\n%s", rec.Code, rec.Header().Get("Content-Type"), body)
 	}
 }

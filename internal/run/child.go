@@ -225,7 +225,7 @@ func (m *Manager) BeginChild(ctx context.Context, tx store.Queries, parent *stor
 		ev(child, eventlog.TypeSubAgentCallStart, start),
 	}
 	launch := func() {
-		m.started.Add("", 1)
+		m.started.Inc(child.AgentID)
 		m.launch(&job{run: child, ag: ag, message: p.Message, traceparent: traceparent, prevRunID: prevRunID})
 	}
 	return &ChildStarted{Run: child, Created: true}, evs, launch, nil

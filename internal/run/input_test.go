@@ -133,7 +133,7 @@ func TestInputRequired(t *testing.T) {
 		}
 		var text strings.Builder
 		reg.WriteText(&text)
-		if !strings.Contains(text.String(), `agentplane_runs_finished_total{outcome="INPUT_REQUIRED"} 3`) {
+		if !strings.Contains(text.String(), `agentplane_runs_finished_total{agent="w",cause="agent",code="",status="INPUT_REQUIRED"} 3`) {
 			t.Errorf("metrics lack three INPUT_REQUIRED runs:\n%s", text.String())
 		}
 	})

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,9 +96,9 @@ type Manager struct {
 	draining bool
 	wg       sync.WaitGroup
 
-	started  *metrics.Counter
-	finished *metrics.Counter
-	duration *metrics.Histogram
+	started  *metrics.CounterVec
+	finished *metrics.CounterVec
+	duration *metrics.HistogramVec
 
 	bgCancel context.CancelFunc
 	bgDone   chan struct{}
@@ -163,21 +164,25 @@ func New(log *eventlog.Log, opts Options) *Manager {
 	}
 	m := &Manager{log: log, st: log.Store(), opts: opts, active: map[string]*activeRun{}}
 	log.Observe(m.committed, m.movedElsewhere)
-	m.started = opts.Metrics.Counter("agentplane_runs_started_total", "Runs started.", "")
-	m.finished = opts.Metrics.Counter("agentplane_runs_finished_total", "Runs ended, by final status (DONE, FAILED, CANCELLED) and error code.", "outcome")
-	m.duration = opts.Metrics.Histogram("agentplane_run_duration_seconds", "Run duration from start to its terminal state.", "status", metrics.DurationBuckets)
+	m.started = metrics.RunsStarted(opts.Metrics)
+	m.finished = metrics.RunsFinished(opts.Metrics)
+	m.duration = metrics.RunDuration(opts.Metrics)
 	opts.Metrics.GaugeFunc("agentplane_runs_active", "Runs this process is driving.", func() float64 { return float64(m.ActiveRuns()) })
 	return m
 }
 
-// ended records a run's terminal transition in the metrics.
+// ended records a run's terminal transition in the metrics. (A run a tool
+// call fails is recorded by the tool service, which ends it.)
 func (m *Manager) ended(r *store.Run, status, code string, at int64) {
-	outcome := status
-	if code != "" {
-		outcome += ":" + code
+	cause := metrics.CauseAgent
+	switch {
+	case status == store.RunCancelled:
+		cause = metrics.CauseCancel
+	case strings.HasPrefix(code, "platform_"):
+		cause = metrics.CausePlatform
 	}
-	m.finished.Add(outcome, 1)
-	m.duration.Observe(status, float64(at-r.StartedAt)/1000)
+	m.finished.Inc(r.AgentID, status, code, cause)
+	m.duration.Observe(float64(at-r.StartedAt)/1000, r.AgentID, status)
 }
 
 func (m *Manager) now() int64 { return m.opts.Now().UnixMilli() }

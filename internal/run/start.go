@@ -174,7 +174,7 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 	if err != nil {
 		return nil, err
 	}
-	m.started.Add("", 1)
+	m.started.Inc(run.AgentID)
 	m.launch(&job{run: run, ag: ag, message: p.Message, traceparent: traceparent, prevRunID: prevRunID})
 	return &Started{Run: run, Events: evs}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/agentplane/agentplane/internal/config"
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/llmproxy"
+	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
 )
@@ -54,6 +55,42 @@ type llmBridge struct {
 	// store read that raced one is not cached as active.
 	active map[string]map[string]bool // session id -> run ids
 	epoch  uint64
+
+	metrics llmMetrics
+}
+
+// llmMetrics are the LLM proxy's metrics (DESIGN §14), recorded as each
+// call's llm_call_done is handed over.
+type llmMetrics struct {
+	calls, tokens, cost          *metrics.CounterVec
+	ttft, latency, proxyOverhead *metrics.HistogramVec
+}
+
+func newLLMMetrics(r *metrics.Registry) llmMetrics {
+	return llmMetrics{calls: metrics.LLMCalls(r), tokens: metrics.LLMTokens(r), cost: metrics.LLMCost(r),
+		ttft: metrics.LLMTTFT(r), latency: metrics.LLMLatency(r), proxyOverhead: metrics.ProxyOverhead(r)}
+}
+
+func (m *llmMetrics) record(agentID string, d *llmproxy.CallDone) {
+	m.calls.Inc(agentID, d.Model, d.Outcome)
+	for _, t := range [...]struct {
+		kind string
+		n    int64
+	}{{"prompt", d.PromptTokens}, {"completion", d.CompletionTokens}, {"cached", d.CachedTokens}, {"reasoning", d.ReasoningTokens}} {
+		if t.n > 0 {
+			m.tokens.Add(float64(t.n), agentID, d.Model, t.kind)
+		}
+	}
+	if d.EstimatedCost > 0 {
+		m.cost.Add(d.EstimatedCost, agentID, d.Model)
+	}
+	if d.TTFTMS > 0 {
+		m.ttft.Observe(d.TTFTMS/1000, d.Model)
+	}
+	m.latency.Observe(d.LatencyMS/1000, d.Model)
+	if d.ProxyOverheadMS > 0 {
+		m.proxyOverhead.Observe(d.ProxyOverheadMS / 1000)
+	}
 }
 
 // calls counts a run's unfinished LLM calls; idle is closed when it drops
@@ -71,8 +108,9 @@ type runOwner struct {
 // runCacheMax bounds the run cache; it is simply reset when full.
 const runCacheMax = 100_000
 
-func newLLMBridge(keys *auth.Keys, st store.Store, log *eventlog.Log, lg *slog.Logger) *llmBridge {
-	b := &llmBridge{keys: keys, st: st, log: log, lg: lg, runs: map[string]runOwner{}, sessions: map[string]bool{}, inflight: map[string]*calls{}, active: map[string]map[string]bool{}}
+func newLLMBridge(keys *auth.Keys, st store.Store, log *eventlog.Log, lg *slog.Logger, reg *metrics.Registry) *llmBridge {
+	b := &llmBridge{keys: keys, st: st, log: log, lg: lg, runs: map[string]runOwner{}, sessions: map[string]bool{}, inflight: map[string]*calls{}, active: map[string]map[string]bool{},
+		metrics: newLLMMetrics(reg)}
 	log.Observe(b.committed, b.notified)
 	return b
 }
@@ -203,6 +241,9 @@ func (b *llmBridge) authenticate(r *http.Request) (llmproxy.Caller, error) {
 // and returns; the writer commits it with its neighbours, and Stop flushes
 // it on a clean shutdown. Calls outside a run go to the agent's own session.
 func (b *llmBridge) Record(c llmproxy.Caller, eventType string, payload any) {
+	if d, ok := payload.(llmproxy.CallDone); ok {
+		b.metrics.record(c.AgentID, &d)
+	}
 	data, err := json.Marshal(payload)
 	if err != nil {
 		b.lg.Error("llm event encode", "type", eventType, "err", err)

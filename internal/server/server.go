@@ -31,6 +31,8 @@ import (
 	"github.com/agentplane/agentplane/internal/ids"
 	"github.com/agentplane/agentplane/internal/ingress"
 	"github.com/agentplane/agentplane/internal/llmproxy"
+	"github.com/agentplane/agentplane/internal/mcpclient"
+	"github.com/agentplane/agentplane/internal/mcpserver"
 	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
@@ -91,7 +93,8 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		return fmt.Errorf("AGENTPLANE_ENDPOINT_ALLOWLIST: %w", err)
 	}
 
-	log := eventlog.New(st, eventlog.Options{Logger: logger, Origin: cfg.InstanceID})
+	reg := metrics.New()
+	log := eventlog.New(st, eventlog.Options{Logger: logger, Origin: cfg.InstanceID, Metrics: reg})
 	defer log.Stop()
 	if st.Dialect() == "postgres" {
 		// Replicas share one database: follow their commits so a client
@@ -108,14 +111,17 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	// SSRF-checked client and timeouts.
 	a2aClient := &a2aremote.Client{HTTP: httpClient, Allow: allow, FirstByteTimeout: cfg.AgentFirstByteTimeout, IdleTimeout: cfg.AgentIdleTimeout}
 	invoker := &a2aremote.Invoker{Agents: agentClient, A2A: a2aClient}
-	reg := metrics.New()
 	reg.CounterFunc("agentplane_events_appended_total", "Events committed to the log by this process.", func() float64 { ev, _ := log.Stats(); return float64(ev) })
 	reg.CounterFunc("agentplane_event_commits_total", "Event log transactions committed by this process (events per commit shows batching).", func() float64 { _, c := log.Stats(); return float64(c) })
-	bridge := newLLMBridge(keys, st, log, logger)
+	bridge := newLLMBridge(keys, st, log, logger, reg)
 	tools := toolsvc.New(log, toolsvc.Options{Logger: logger, HTTP: httpClient, Allow: allow, Metrics: reg})
 	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: invoker, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce, OnEnd: tools.OnRunEnd, OnChildEnd: tools.OnChildEnd, MaxCallDepth: cfg.MaxCallDepth, StaleAfter: staleAfter,
 		MaxOutputBytes: cfg.MaxRunOutputBytes, MaxOutputEvents: cfg.MaxRunEvents, MaxTranscriptBytes: cfg.MaxTranscriptBytes})
 	tools.SetRuns(runs)
+	// MCP servers as tool sources: every process connects to every server,
+	// since any process may dispatch a call (an approval decided here).
+	mcps := mcpclient.New(st, mcpclient.Options{Logger: logger, Allow: allow})
+	tools.SetMCP(mcps)
 	if err := runs.Start(ctx); err != nil {
 		return fmt.Errorf("start run manager: %w", err)
 	}
@@ -123,11 +129,23 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		return fmt.Errorf("start tool service: %w", err)
 	}
 	defer tools.Stop()
+	if err := mcps.Start(ctx); err != nil {
+		return err
+	}
+	defer mcps.Stop()
+	// MCP servers before tools: the tools may override their tools.
+	if err := loadConfigMCPServers(ctx, mcps, &cfg.File.MCPServers); err != nil {
+		return err
+	}
 	if err := loadConfigTools(ctx, tools, &cfg.File.Tools); err != nil {
 		return err
 	}
 	var shuttingDown atomic.Bool
-	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Tools: tools, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() },
+	// Done when the HTTP server begins its shutdown: follow streams end
+	// then rather than hold it up.
+	closing, stopStreams := context.WithCancel(context.Background())
+	defer stopStreams()
+	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Tools: tools, MCP: mcps, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() }, Closing: closing,
 		FetchCard: a2aClient.FetchCard}
 	// Client presence across replicas (DESIGN §8): with a shared database
 	// the ingress records which sessions it has connections for, and a
@@ -171,8 +189,11 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 
 	mux := http.NewServeMux()
 	api.Routes(mux)
+	mcpServe := mcpserver.New(mcpserver.Options{Keys: keys, Tools: tools, Logger: logger})
+	defer mcpServe.Stop()
 	if cfg.Role != "ingress" {
 		proxy.Routes(mux)
+		mcpServe.Routes(mux)
 	}
 	if cfg.Role != "orchestrator" {
 		mux.Handle("GET /v1/ws", ws)
@@ -181,6 +202,8 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		a2aserver.New(a2aserver.Options{Runs: runs, Log: log, Keys: keys, Tools: tools, Hold: ws.Hold, Logger: logger}).Routes(mux)
 		ui := console.Handler()
 		mux.Handle("GET /{$}", ui)
+		mux.Handle("GET /console", ui)
+		mux.Handle("GET /console/", ui)
 		mux.Handle("GET /static/", ui)
 	}
 
@@ -199,6 +222,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	// reading request bodies.
 	srv := &http.Server{Handler: bodyDeadline(cfg.BodyReadTimeout, httpapi.Handler(mux)), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 		ConnContext: connlimit.ConnContext, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	srv.RegisterOnShutdown(stopStreams)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
@@ -230,6 +254,9 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		// The demo's tools, registered over the admin API as an operator would.
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err = demo.RegisterTools(rctx, base, cfg.AdminKey, demoAgent.ToolsURL)
+		if err == nil {
+			err = demo.RegisterMCPServer(rctx, base, cfg.AdminKey, demoAgent.MCPURL)
+		}
 		cancel()
 		if err != nil {
 			return fmt.Errorf("register demo tools: %w", err)
@@ -264,6 +291,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 			fmt.Fprintf(out, "demo user key: %s (from AGENTPLANE_API_KEYS)\n", demoCreds.userKey)
 		}
 		fmt.Fprintf(out, "open the chat: %s/#user=%s&key=%s&agent=%s\n", base, demoUser, demoCreds.userKey, demo.AgentID)
+		fmt.Fprintf(out, "open the console: %s/console (log in with the admin key, or %s:<demo user key>)\n", base, demoUser)
 	}
 
 	select {
@@ -279,6 +307,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	final, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ws.Shutdown(final)
+	mcpServe.Stop() // its waits would hold the shutdown of their connections
 	if err := srv.Shutdown(final); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		logger.Warn("http shutdown", "err", err)
 	}
@@ -287,6 +316,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	}
 	prb.Stop()
 	tools.Stop()
+	mcps.Stop()
 	proxy.Close()
 	log.Stop() // after the proxy: its write-behind events are flushed here
 	fmt.Fprintln(out, "agentplane stopped")

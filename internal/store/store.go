@@ -98,6 +98,14 @@ type Queries interface {
 	ToolList(ctx context.Context) ([]*ToolRow, error)
 	ToolDelete(ctx context.Context, name string) error
 
+	// MCP servers used as tool sources (DESIGN §13). MCPServerPut reports
+	// whether the server was created; MCPServerDelete returns ErrNotFound
+	// when there is none.
+	MCPServerPut(ctx context.Context, p *MCPServerPutParams) (s *MCPServerRow, created bool, err error)
+	MCPServerGet(ctx context.Context, name string) (*MCPServerRow, error)
+	MCPServerList(ctx context.Context) ([]*MCPServerRow, error)
+	MCPServerDelete(ctx context.Context, name string) error
+
 	// Tool calls. ToolCallInsert returns the existing row with ErrDuplicate
 	// when the run already has a call with that idempotency key.
 	ToolCallInsert(ctx context.Context, p *ToolCallInsertParams) (*ToolCall, error)
@@ -157,6 +165,16 @@ type Queries interface {
 	// transaction it is sent only on commit (PostgreSQL NOTIFY); on SQLite,
 	// where one process owns the file, it does nothing.
 	EventsNotify(ctx context.Context, origin string, sessionIDs []string) error
+
+	// Operator listings (issue 11, listing.go): filtered, keyset-paged
+	// reads for GET /v1/sessions, /v1/runs, /v1/agents, /v1/tools and
+	// /v1/usage. A page is the rows after the cursor in the listing's
+	// order, so rows inserted meanwhile never shift a later page.
+	SessionList(ctx context.Context, p *SessionListParams) ([]*SessionSummary, error)
+	RunList(ctx context.Context, p *RunListParams) ([]*Run, error)
+	AgentListPage(ctx context.Context, afterID string, limit int) ([]*Agent, error)
+	ToolListPage(ctx context.Context, afterName string, limit int) ([]*ToolRow, error)
+	UsageSummary(ctx context.Context, p *UsageParams) ([]UsageRow, error)
 }
 
 // NotifyChannel is the PostgreSQL channel EventsNotify uses; payloads are

@@ -28,6 +28,9 @@ const (
 	// ToolKindAgent is a call_<agent_id> tool (DESIGN §11): its execution
 	// is a child run, and it may run RUNNING with no deadline (TimeoutMS 0).
 	ToolKindAgent = "agent"
+	// ToolKindMCP calls are executed by this platform like server calls,
+	// as tools/call requests to an MCP server (DESIGN §13).
+	ToolKindMCP = "mcp"
 )
 
 // ToolCall statuses (DESIGN §8).
@@ -104,7 +107,7 @@ type ToolCall struct {
 	SessionID  string `json:"session_id"`
 	AgentID    string `json:"agent_id"`
 	ToolName   string `json:"tool_name"`
-	// Kind is ToolKindServer, ToolKindClient or ToolKindAgent.
+	// Kind is ToolKindServer, ToolKindClient, ToolKindAgent or ToolKindMCP.
 	Kind   string          `json:"kind"`
 	Status string          `json:"status"`
 	Args   json.RawMessage `json:"args"`
@@ -228,10 +231,14 @@ type ApprovalDecideParams struct {
 	At        int64
 }
 
-// ApprovalListParams lists approvals, oldest first, optionally only those in
-// Status and/or of SessionID.
+// ApprovalListParams lists approvals, oldest first (newest first with
+// Desc), optionally only those in Status, of SessionID and/or of the
+// sessions of UserID, after the cursor After.
 type ApprovalListParams struct {
 	Status    string
 	SessionID string
+	UserID    string
+	Desc      bool
+	After     *Cursor
 	Limit     int
 }

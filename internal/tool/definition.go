@@ -21,6 +21,7 @@ const (
 	// KindAgent tools are call_<agent_id>: their execution is a child run of
 	// that agent (DESIGN §11). Only names with AgentToolPrefix have it.
 	KindAgent = "agent"
+	// KindMCP: see mcpname.go.
 )
 
 // AgentToolPrefix starts the name of every KindAgent tool: call_<agent_id>.
@@ -80,9 +81,10 @@ const defaultParameters = `{"type":"object"}`
 // and fills the defaults in.
 type Definition struct {
 	// Name is 1-128 characters of [A-Za-z0-9_.-], e.g. "payments.transfer",
-	// and must map to an OpenAI function name (see FunctionName).
+	// without "--", and must map to an OpenAI function name (see
+	// FunctionName). An MCP tool's is "{server}@{tool}".
 	Name string `json:"tool_name" yaml:"tool_name"`
-	// Kind is KindServer, KindClient or, for call_<agent_id>, KindAgent.
+	// Kind is KindServer, KindClient, KindMCP or, for call_<agent_id>, KindAgent.
 	Kind string `json:"kind" yaml:"kind"`
 	// Description tells a model what the tool does.
 	Description string `json:"description" yaml:"description"`
@@ -195,7 +197,7 @@ func Compile(d Definition) (*Tool, error) {
 	d.Agents = slices.Clone(d.Agents)
 	d.Policy.Rules = slices.Clone(d.Policy.Rules)
 
-	if err := checkName(d.Name); err != nil {
+	if err := checkName(d.Name, d.Kind); err != nil {
 		return nil, err
 	}
 	agentTool := strings.HasPrefix(d.Name, AgentToolPrefix)
@@ -222,10 +224,14 @@ func Compile(d Definition) (*Tool, error) {
 			return nil, invalid("agents", nil, "must be empty for an agent tool: the calling agent's linked_agents decide who may call it")
 		}
 		d.Parameters = json.RawMessage(AgentToolParameters)
+	case KindMCP:
+		if d.Endpoint != "" {
+			return nil, invalid("endpoint", nil, "must be empty for an MCP tool (it runs on its MCP server)")
+		}
 	case "":
-		return nil, invalid("kind", nil, `is required: "server" or "client"`)
+		return nil, invalid("kind", nil, `is required: "server", "client" or "mcp"`)
 	default:
-		return nil, invalid("kind", nil, `must be "server" or "client", not %q`, d.Kind)
+		return nil, invalid("kind", nil, `must be "server", "client" or "mcp", not %q`, d.Kind)
 	}
 	if agentTool && d.Kind != KindAgent {
 		return nil, invalid("tool_name", nil, "names starting with %q are reserved for calls of agents (kind %q)", AgentToolPrefix, KindAgent)
@@ -285,10 +291,20 @@ func Compile(d Definition) (*Tool, error) {
 }
 
 // checkName enforces the name pattern and that the OpenAI function name
-// derived from it is valid and maps back to it (see FunctionName).
-func checkName(name string) error {
+// derived from it is valid and maps back to it (see FunctionName). MCP
+// tools, and only they, are named "{server}@{tool}".
+func checkName(name, kind string) error {
 	if name == "" {
 		return invalid("tool_name", nil, "is required")
+	}
+	if kind == KindMCP || IsMCPName(name) {
+		if kind != KindMCP && kind != "" {
+			return invalid("tool_name", nil, `"{server}@{tool}" names an MCP server's tool; its kind is "mcp"`)
+		}
+		return checkMCPName(name)
+	}
+	if strings.Contains(name, mcpFunctionSeparator) {
+		return invalid("tool_name", nil, `must not contain "--": that is how OpenAI function names spell the "@" of an MCP tool, got %q`, truncateRunes(name, 140))
 	}
 	if len(name) > MaxNameLen || !namePattern.MatchString(name) {
 		return invalid("tool_name", nil, "must be 1-%d characters of [A-Za-z0-9_.-], got %q", MaxNameLen, truncateRunes(name, 140))

@@ -2,7 +2,8 @@
 // says (DESIGN §6–§8, issue 4 items 1–2).
 //
 // A Definition is what an administrator registers (PUT /v1/tools/{tool_name}
-// or the config file). Compile checks it completely, fills its defaults in
+// or the config file); the tools of MCP servers are built from what the
+// server lists, its defaults and an optional override (mcp.go). Compile checks it completely, fills its defaults in
 // and returns a *Tool whose JSON Schema and CEL rules are compiled, so that an
 // invalid schema or expression is refused at registration and never
 // discovered at call time. A *Tool then:
@@ -12,7 +13,8 @@
 //   - decides allow / require_approval / block (Decide), returning the rule
 //     that matched for the policy_decision event;
 //   - renders itself as an OpenAI function-calling tool (OpenAISchema), with
-//     "." in names mapped to "__" (FunctionName, ToolNameFromFunction);
+//     "." in names mapped to "__" and the "@" of an MCP server's tool
+//     "{server}@{tool}" to "--" (FunctionName, ToolNameFromFunction);
 //   - summarises a call for an approval prompt (ArgsSummary).
 //
 // # Policy

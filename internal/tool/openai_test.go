@@ -82,13 +82,19 @@ func TestFunctionNameRoundTrip(t *testing.T) {
 }
 
 // For every name Compile accepts, the mapping is a bijection onto valid
-// OpenAI names; names it would garble are refused.
+// OpenAI names; names it would garble are refused. MCP tools
+// ("{server}@{tool}") are checked under their own kind.
 func FuzzFunctionName(f *testing.F) {
-	for _, s := range []string{"payments.transfer", "a__b", "a_.b", "a._b", "a...b", "_", "."} {
+	for _, s := range []string{"payments.transfer", "a__b", "a_.b", "a._b", "a...b", "_", ".",
+		"srv@echo", "srv@get-sum", "srv@a--b", "srv@a.b", "s-@x", "s@-x", "a--b", "s@@x", "s@x@y", "a_b-c@d.e_f"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
-		_, err := tool.Compile(tool.Definition{Name: name, Kind: tool.KindClient})
+		kind := tool.KindClient
+		if tool.IsMCPName(name) {
+			kind = tool.KindMCP
+		}
+		_, err := tool.Compile(tool.Definition{Name: name, Kind: kind})
 		fn := tool.FunctionName(name)
 		if err != nil {
 			return
@@ -98,6 +104,12 @@ func FuzzFunctionName(f *testing.F) {
 		}
 		if back := tool.ToolNameFromFunction(fn); back != name {
 			t.Fatalf("accepted %q does not round-trip: %q → %q", name, fn, back)
+		}
+		if c := tool.CanonicalName(fn); c != name {
+			t.Fatalf("accepted %q: CanonicalName(%q) = %q", name, fn, c)
+		}
+		if c := tool.CanonicalName(name); c != name {
+			t.Fatalf("accepted %q: CanonicalName of itself = %q", name, c)
 		}
 	})
 }

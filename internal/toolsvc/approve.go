@@ -143,13 +143,23 @@ func (st *step) expireApproval(c *store.ToolCall, ifDueBy int64) (*store.Approva
 // ListApprovals lists approvals, oldest first, optionally only those in
 // status.
 func (s *Service) ListApprovals(ctx context.Context, status string, limit int) ([]*store.Approval, error) {
-	switch status {
+	return s.ListApprovalsPage(ctx, &store.ApprovalListParams{Status: status, Limit: limit})
+}
+
+// ListApprovalsPage lists one page of approvals (GET /v1/approvals): p's
+// status is checked; no limit means 1000, and at most 10 000 are read.
+func (s *Service) ListApprovalsPage(ctx context.Context, p *store.ApprovalListParams) ([]*store.Approval, error) {
+	switch p.Status {
 	case "", store.ApprovalPending, store.ApprovalApproved, store.ApprovalRejected, store.ApprovalExpired, store.ApprovalCancelled:
 	default:
 		return nil, badRequest("invalid_request", "status must be PENDING, APPROVED, REJECTED, EXPIRED or CANCELLED")
 	}
-	if limit <= 0 || limit > 1000 {
-		limit = 1000
+	q := *p
+	switch {
+	case q.Limit <= 0:
+		q.Limit = 1000
+	case q.Limit > 10000:
+		q.Limit = 10000
 	}
-	return s.st.ApprovalList(ctx, &store.ApprovalListParams{Status: status, Limit: limit})
+	return s.st.ApprovalList(ctx, &q)
 }

@@ -60,7 +60,14 @@ func (s *Service) execute(ctx context.Context, c *store.ToolCall) {
 	deadline := time.UnixMilli(claimed.DeadlineAt)
 	rctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	status, result, errJSON := s.post(rctx, claimed, rec.Endpoint)
+	var status string
+	var result, errJSON json.RawMessage
+	switch claimed.Kind {
+	case store.ToolKindMCP:
+		status, result, errJSON = s.callMCP(rctx, claimed)
+	default:
+		status, result, errJSON = s.post(rctx, claimed, rec.Endpoint)
+	}
 	if ctx.Err() != nil {
 		// Shutting down: the deadline (or the run's end) settles the call.
 		return

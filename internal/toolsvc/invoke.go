@@ -29,6 +29,10 @@ type InvokeParams struct {
 	IdempotencyKey string
 	// TimeoutMS overrides the tool's timeout for this call (0: the tool's).
 	TimeoutMS int64
+	// NoWait answers as soon as the call is created, without the inline
+	// wait for an allowed server or MCP tool: for a caller that waits
+	// itself (the /mcp server, which sends progress meanwhile).
+	NoWait bool
 }
 
 // errRunEnded rolls back an insert made for a run that has ended.
@@ -161,19 +165,20 @@ func (s *Service) Invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 			e.Details = map[string]any{"tool_call_id": existing.ToolCallID}
 			return nil, &e
 		}
-		return s.settle(ctx, existing)
+		return s.settle(ctx, existing, p.NoWait)
 	}
 	c, err := s.st.ToolCallGet(ctx, callID)
 	if err != nil {
 		return nil, err
 	}
-	return s.settle(ctx, c)
+	return s.settle(ctx, c, p.NoWait)
 }
 
-// settle answers an invoke: an allowed server or agent call still in
-// flight is waited for (bounded), anything else is answered as it stands.
-func (s *Service) settle(ctx context.Context, c *store.ToolCall) (*CallView, error) {
-	if (c.Kind == store.ToolKindServer || c.Kind == store.ToolKindAgent) && (c.Status == store.ToolCallDispatched || c.Status == store.ToolCallRunning) {
+// settle answers an invoke: an allowed server, MCP or agent call still in
+// flight is waited for (bounded) unless the caller waits itself (noWait),
+// anything else is answered as it stands.
+func (s *Service) settle(ctx context.Context, c *store.ToolCall, noWait bool) (*CallView, error) {
+	if !noWait && (c.Kind == store.ToolKindServer || c.Kind == store.ToolKindMCP || c.Kind == store.ToolKindAgent) && (c.Status == store.ToolCallDispatched || c.Status == store.ToolCallRunning) {
 		return s.wait(ctx, c, s.opts.InlineWait)
 	}
 	return View(c), nil

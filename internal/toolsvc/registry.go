@@ -21,6 +21,9 @@ type registry struct {
 	st    store.Store
 	mu    sync.RWMutex
 	cache map[string]compiled
+
+	mcp      MCPSource // see mcp.go
+	mcpCache map[string]mcpCompiled
 }
 
 type compiled struct {
@@ -32,12 +35,20 @@ type compiled struct {
 // with its defaults filled in.
 type ToolInfo struct {
 	tool.Definition
-	CreatedAt int64 `json:"created_at"`
-	UpdatedAt int64 `json:"updated_at"`
+	// MCPServer names the MCP server of a "{server}@{tool}" tool.
+	MCPServer string `json:"mcp_server,omitempty"`
+	// Override is an MCP tool's per-tool override as stored, if any.
+	Override  *tool.Definition `json:"override,omitempty"`
+	CreatedAt int64            `json:"created_at"`
+	UpdatedAt int64            `json:"updated_at"`
 }
 
-// get returns the compiled current version of name.
+// get returns the compiled current version of name (either spelling).
 func (r *registry) get(ctx context.Context, name string) (*tool.Tool, *store.ToolRow, error) {
+	name = tool.CanonicalName(name)
+	if tool.IsMCPName(name) {
+		return r.getMCP(ctx, name)
+	}
 	row, err := r.st.ToolGet(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil, ErrToolNotFound
@@ -85,15 +96,12 @@ func (s *Service) PutTool(ctx context.Context, d tool.Definition) (*ToolInfo, bo
 	if isAgentTool(d.Name) && d.Kind == "" {
 		d.Kind = tool.KindAgent
 	}
+	if tool.IsMCPName(d.Name) || d.Kind == tool.KindMCP {
+		return s.putMCPOverride(ctx, d)
+	}
 	t, err := tool.Compile(d)
 	if err != nil {
-		var ve *tool.ValidationError
-		if errors.As(err, &ve) {
-			e := badRequest("invalid_tool", ve.Error())
-			e.Details = map[string]any{"field": ve.Field}
-			return nil, false, e
-		}
-		return nil, false, err
+		return nil, false, invalidTool(err)
 	}
 	if t.Def.Kind == tool.KindServer && s.opts.Allow != nil {
 		if _, err := s.opts.Allow.ValidateEndpoint(ctx, t.Def.Endpoint); err != nil {
@@ -121,17 +129,58 @@ func (s *Service) GetTool(ctx context.Context, name string) (*ToolInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ToolInfo{Definition: t.Def, CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt}, nil
+	return toolInfo(t, row), nil
 }
 
-// ListTools returns every registered tool, by name.
+// toolInfo shows a compiled tool and its row (for an MCP tool, its
+// override or none).
+func toolInfo(t *tool.Tool, row *store.ToolRow) *ToolInfo {
+	info := &ToolInfo{Definition: t.Def, CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt}
+	if server, _, ok := tool.SplitMCPName(t.Def.Name); ok {
+		info.MCPServer = server
+		var o tool.Definition
+		if len(row.Definition) > 0 && json.Unmarshal(row.Definition, &o) == nil {
+			info.Override = &o
+		}
+	}
+	return info
+}
+
+// ListTools returns every registered tool, by name, then the tools of the
+// MCP servers (with their overrides).
 func (s *Service) ListTools(ctx context.Context) ([]*ToolInfo, error) {
 	rows, err := s.st.ToolList(ctx)
 	if err != nil {
 		return nil, err
 	}
+	return s.toolInfos(rows, true), nil
+}
+
+// ListToolsPage reads up to limit tools named after afterName, by name.
+// next is the name to continue after when limit rows were read ("" at the
+// end); a row that no longer compiles is skipped but still moves next on.
+func (s *Service) ListToolsPage(ctx context.Context, afterName string, limit int) (infos []*ToolInfo, next string, err error) {
+	rows, err := s.st.ToolListPage(ctx, afterName, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(rows) == limit && limit > 0 {
+		next = rows[len(rows)-1].Name
+	}
+	// The MCP servers' tools are not rows: they follow the last page.
+	return s.toolInfos(rows, next == ""), next, nil
+}
+
+// toolInfos shows rows (call_<agent_id> overrides included) and, withMCP,
+// the MCP servers' tools after them.
+func (s *Service) toolInfos(rows []*store.ToolRow, withMCP bool) []*ToolInfo {
 	out := make([]*ToolInfo, 0, len(rows))
+	overrides := map[string]*store.ToolRow{}
 	for _, row := range rows {
+		if tool.IsMCPName(row.Name) {
+			overrides[row.Name] = row
+			continue
+		}
 		t, err := s.registry.compile(row)
 		if err != nil {
 			s.opts.Logger.Error("skipping a stored tool that no longer compiles", "tool_name", row.Name, "err", err)
@@ -139,29 +188,58 @@ func (s *Service) ListTools(ctx context.Context) ([]*ToolInfo, error) {
 		}
 		out = append(out, &ToolInfo{Definition: t.Def, CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt})
 	}
-	return out, nil
+	if withMCP {
+		for _, t := range s.mcpTools(overrides) {
+			row := overrides[t.Def.Name]
+			if row == nil {
+				row = s.registry.mcpRow(t.Def.Name)
+			}
+			out = append(out, toolInfo(t, row))
+		}
+	}
+	return out
 }
 
-// DeleteTool removes a tool. Calls already made keep running under the
-// definition they started with.
+// DeleteTool removes a tool, or an MCP tool's override. Calls already made
+// keep running under the definition they started with.
 func (s *Service) DeleteTool(ctx context.Context, name string) error {
-	err := s.st.ToolDelete(ctx, name)
+	err := s.st.ToolDelete(ctx, tool.CanonicalName(name))
 	if errors.Is(err, store.ErrNotFound) {
 		return ErrToolNotFound
 	}
 	return err
 }
 
-// ToolsForAgent returns the tools agentID may call as OpenAI
-// function-calling tools, ready to hand to a model: the registry's, then
-// call_<agent_id> for each agent it links (DESIGN §11).
+// ToolsForAgent returns the tools agentID may call (AgentTools) as OpenAI
+// function-calling tools, ready to hand to a model.
 func (s *Service) ToolsForAgent(ctx context.Context, agentID string) ([]map[string]any, error) {
-	infos, err := s.st.ToolList(ctx)
+	tools, err := s.AgentTools(ctx, agentID)
 	if err != nil {
 		return nil, err
 	}
-	out := []map[string]any{}
-	for _, row := range infos {
+	out := make([]map[string]any, 0, len(tools))
+	for _, t := range tools {
+		out = append(out, t.OpenAISchema())
+	}
+	return out, nil
+}
+
+// AgentTools returns the tools agentID may call: the registry's, the MCP
+// servers', then call_<agent_id> for each agent it links (DESIGN §11). It
+// is the one list every surface offers an agent
+// (GET /v1/tools?run_id=, the /mcp server's tools/list).
+func (s *Service) AgentTools(ctx context.Context, agentID string) ([]*tool.Tool, error) {
+	rows, err := s.st.ToolList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []*tool.Tool{}
+	overrides := map[string]*store.ToolRow{}
+	for _, row := range rows {
+		if tool.IsMCPName(row.Name) {
+			overrides[row.Name] = row
+			continue
+		}
 		if isAgentTool(row.Name) {
 			continue // an override: listed below when agentID links the agent
 		}
@@ -169,14 +247,16 @@ func (s *Service) ToolsForAgent(ctx context.Context, agentID string) ([]map[stri
 		if err != nil || !t.AllowsAgent(agentID) {
 			continue
 		}
-		out = append(out, t.OpenAISchema())
+		out = append(out, t)
+	}
+	for _, t := range s.mcpTools(overrides) {
+		if t.AllowsAgent(agentID) {
+			out = append(out, t)
+		}
 	}
 	agents, err := s.agentToolsFor(ctx, agentID)
 	if err != nil {
 		return nil, err
 	}
-	for _, t := range agents {
-		out = append(out, t.OpenAISchema())
-	}
-	return out, nil
+	return append(out, agents...), nil
 }

@@ -81,13 +81,18 @@ type Service struct {
 	registry   registry
 	agentTools agentTools
 	waiters    *waiters
+	inflight   mcpInflight
 
 	execCtx    context.Context
 	execCancel context.CancelFunc
 	execWG     sync.WaitGroup
 
-	calls    *metrics.Counter
-	duration *metrics.Histogram
+	calls    *metrics.CounterVec
+	duration *metrics.HistogramVec
+	offline  *metrics.CounterVec
+	waited   *metrics.HistogramVec
+	runsEnd  *metrics.CounterVec
+	runsDur  *metrics.HistogramVec
 
 	bgCancel context.CancelFunc
 	bgDone   chan struct{}
@@ -118,10 +123,13 @@ func New(log *eventlog.Log, opts Options) *Service {
 	s := &Service{log: log, st: log.Store(), opts: opts, waiters: newWaiters()}
 	s.registry.st = s.st
 	s.execCtx, s.execCancel = context.WithCancel(context.Background())
-	s.calls = opts.Metrics.Counter("agentplane_tool_calls_total", "Tool calls ended, by tool and final state.", "outcome")
-	s.duration = opts.Metrics.Histogram("agentplane_tool_call_duration_seconds", "Tool call duration from creation to its final state.", "state", metrics.DurationBuckets)
+	s.calls, s.duration = metrics.ToolCalls(opts.Metrics), metrics.ToolCallDuration(opts.Metrics)
+	s.offline, s.waited = metrics.ClientOffline(opts.Metrics), metrics.ApprovalWait(opts.Metrics)
+	s.runsEnd, s.runsDur = metrics.RunsFinished(opts.Metrics), metrics.RunDuration(opts.Metrics)
 	opts.Metrics.GaugeFunc("agentplane_tool_waits_pending", "Long-polls (:wait and inline invoke waits) this process holds.", func() float64 { return float64(s.waiters.count()) })
 	log.Observe(s.waiters.committed, s.remoteMoved)
+	log.Observe(s.callEnded, s.remoteEnded)
+	log.Observe(s.observeMetrics, nil)
 	return s
 }
 

@@ -80,9 +80,8 @@ func (s *Service) commit(ctx context.Context, sessionID, runID string, fn func(s
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range st.ended {
-		s.calls.Add(c.ToolName+":"+c.Status, 1)
-		s.duration.Observe(c.Status, float64(c.UpdatedAt-c.CreatedAt)/1000)
+	if st.runEnded {
+		s.runFailedMetrics(st.run)
 	}
 	for _, c := range st.toRun {
 		s.startExec(c)
@@ -156,7 +155,7 @@ func (st *step) dispatch(c *store.ToolCall) (*store.ToolCall, error) {
 		return c, err
 	}
 	switch c.Kind {
-	case store.ToolKindServer:
+	case store.ToolKindServer, store.ToolKindMCP:
 		st.toRun = append(st.toRun, c)
 		return c, st.syncRun(c, nil)
 	case store.ToolKindAgent:
@@ -322,7 +321,7 @@ func (st *step) cascade(reason string) error {
 func (st *step) endOnRunEnd(c *store.ToolCall, reason string) (prev, ended *store.ToolCall, err error) {
 	for {
 		to, errJSON := store.ToolCallCancelled, errorJSON("cancelled", reason, nil)
-		if c.Kind == store.ToolKindServer && c.Status == store.ToolCallRunning {
+		if (c.Kind == store.ToolKindServer || c.Kind == store.ToolKindMCP) && c.Status == store.ToolCallRunning {
 			to, errJSON = store.ToolCallFailed, errorJSON("outcome_unknown",
 				reason+" while the tool was running: it may have run, but its result was not received", nil)
 		}

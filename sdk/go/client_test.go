@@ -271,6 +271,15 @@ func TestClientOpenAIConfigAndEnv(t *testing.T) {
 	if h := agentplane.NewClient("http://x", "k").OpenAIHeaders(); len(h) != 0 {
 		t.Errorf("unbound OpenAIHeaders = %v, want none", h)
 	}
+	// The /mcp server of the run: URL and the headers binding the session to it.
+	want := agentplane.MCPConfig{URL: "http://platform.example:8080/mcp", Headers: map[string]string{"Authorization": "Bearer ak_env", "x-run-id": "run_1", "x-session-id": "ses_1"}}
+	if got := c.MCPConfig(); !reflect.DeepEqual(got, want) {
+		t.Errorf("MCPConfig = %+v, want %+v", got, want)
+	}
+	var none *agentplane.Client
+	if got := none.MCPConfig(); got.URL != "" || got.Headers != nil {
+		t.Errorf("nil client MCPConfig = %+v", got)
+	}
 }
 
 func TestUnboundClientSendsNoAttribution(t *testing.T) {

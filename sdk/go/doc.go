@@ -14,7 +14,11 @@
 // Inside a handler, req.Client() is a Client bound to the run (transcript,
 // context store, tool calls, heartbeats), and req.OpenAIBaseURL,
 // req.OpenAIAPIKey and req.OpenAIHeaders configure any OpenAI-compatible SDK
-// to send its calls through the platform's LLM proxy.
+// to send its calls through the platform's LLM proxy. req.MCPConfig gives the
+// URL and headers of the platform's MCP server for the run (POST /mcp,
+// Streamable HTTP), for an agent that calls its tools with an MCP client
+// library instead (github.com/modelcontextprotocol/go-sdk, say): the same
+// tools, under the same policy, approvals and deadlines.
 //
 // The platform client needs the platform's URL and this agent's key (the
 // agent_api_key registration returned): AGENTPLANE_URL and

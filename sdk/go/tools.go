@@ -141,7 +141,9 @@ type FunctionTool struct {
 }
 
 // FunctionSpec is the "function" object of a FunctionTool. Name is the
-// tool's name with every "." replaced by "__" (see ToolNameFromFunction).
+// tool's name spelt for OpenAI: every "." becomes "__" and the "@" of an
+// MCP server's tool "{server}@{tool}" becomes "--" (see
+// ToolNameFromFunction).
 type FunctionSpec struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description,omitempty"`
@@ -150,8 +152,12 @@ type FunctionSpec struct {
 
 // ToolNameFromFunction maps an OpenAI function name, as a model returns it
 // in a tool call, back to the platform's tool name ("payments__transfer" →
-// "payments.transfer").
+// "payments.transfer", "files--read__text" → "files@read.text"). The
+// platform accepts either spelling, so this is for display and logs.
 func ToolNameFromFunction(functionName string) string {
+	if server, tool, ok := strings.Cut(functionName, "--"); ok {
+		return server + "@" + strings.ReplaceAll(tool, "__", ".")
+	}
 	return strings.ReplaceAll(functionName, "__", ".")
 }
 

@@ -399,6 +399,11 @@ func TestListTools(t *testing.T) {
 	if got := agentplane.ToolNameFromFunction(tools[0].Function.Name); got != "demo.weather" {
 		t.Errorf("ToolNameFromFunction = %q", got)
 	}
+	for fn, name := range map[string]string{"demo_mcp--lookup_order": "demo_mcp@lookup_order", "files--read__text": "files@read.text", "s---x": "s@-x", "plain": "plain"} {
+		if got := agentplane.ToolNameFromFunction(fn); got != name {
+			t.Errorf("ToolNameFromFunction(%q) = %q, want %q", fn, got, name)
+		}
+	}
 	rec := fp.last(t)
 	assertAttributed(t, rec)
 	if got := rec.Query["run_id"]; len(got) != 1 || got[0] != "run_1" {

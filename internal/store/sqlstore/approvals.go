@@ -111,8 +111,8 @@ func (q *queries) ApprovalDecide(ctx context.Context, p *store.ApprovalDecidePar
 	}
 }
 
-// ApprovalList lists approvals oldest first, optionally by status and
-// session.
+// ApprovalList lists approvals oldest first (newest first with Desc),
+// optionally by status, session and user, after a keyset cursor.
 func (q *queries) ApprovalList(ctx context.Context, p *store.ApprovalListParams) ([]*store.Approval, error) {
 	query := `SELECT ` + approvalCols + ` FROM approvals WHERE 1 = 1`
 	var args []any
@@ -124,7 +124,11 @@ func (q *queries) ApprovalList(ctx context.Context, p *store.ApprovalListParams)
 		query += ` AND session_id = ?`
 		args = append(args, p.SessionID)
 	}
-	query += ` ORDER BY created_at, approval_id LIMIT ?`
+	if p.UserID != "" {
+		query += ` AND session_id IN (SELECT session_id FROM sessions WHERE user_id = ?)`
+		args = append(args, p.UserID)
+	}
+	query, args = keyset(query, args, "created_at", "approval_id", p.After, p.Desc)
 	args = append(args, listLimit(p.Limit))
 	return q.listApprovals(ctx, "approvals", query, args...)
 }

@@ -98,6 +98,23 @@ class Client:
             "default_headers": self.headers(),
         }
 
+    def mcp_config(self) -> Dict[str, Any]:
+        """The platform's MCP server for this client's run: ``{"url", "headers"}``.
+
+        Any MCP client library can call the run's tools through it
+        (``tools/list``, ``tools/call`` with the platform's policy, approvals
+        and deadlines; progress notifications while a call waits). The
+        headers carry the agent key and the run; the session is bound to
+        the run. With the ``mcp`` Python package::
+
+            cfg = req.mcp_config()
+            async with streamablehttp_client(cfg["url"], headers=cfg["headers"]) as (r, w, _):
+                ...
+        """
+        headers = {"Authorization": f"Bearer {self.agent_api_key}"}
+        headers.update(self.headers())
+        return {"url": self.base_url + "/mcp", "headers": headers}
+
     # -- agent registry ----------------------------------------------------
 
     def heartbeat(self, agent_id: Optional[str] = None) -> Dict[str, Any]:

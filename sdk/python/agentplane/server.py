@@ -127,6 +127,10 @@ class Request:
         """Keyword arguments for ``OpenAI(...)``: the platform's LLM proxy, this agent's key and this run's ids."""
         return self.client.openai_kwargs()
 
+    def mcp_config(self) -> Dict[str, Any]:
+        """The platform's MCP server for this run: ``{"url", "headers"}`` (see :meth:`Client.mcp_config`)."""
+        return self.client.mcp_config()
+
     def _set_cancelled(self) -> None:
         with self._cancel_lock:
             if self._cancel.is_set():

@@ -112,7 +112,15 @@ class ToolError(AgentError, APIError):
 
 
 def tool_name_from_function(function_name: str) -> str:
-    """Map an OpenAI function name back to the tool name (``"a__b"`` → ``"a.b"``)."""
+    """Map an OpenAI function name back to the tool name.
+
+    ``"a__b"`` → ``"a.b"``; an MCP server's tool ``"{server}@{tool}"`` is
+    spelt with ``"--"`` for the ``"@"``: ``"files--read__text"`` →
+    ``"files@read.text"``. The platform accepts either spelling.
+    """
+    server, sep, tool = function_name.partition("--")
+    if sep:
+        return server + "@" + tool.replace("__", ".")
     return function_name.replace("__", ".")
 
 
@@ -207,6 +215,10 @@ class Tools:
                     deadline=deadline,
                     what=f"tool {name}",
                 )
+            except TimeoutError:
+                # The caller's timeout ran out while a :wait was in flight:
+                # the call is still pending, as far as anyone knows.
+                raise _still_pending(name, view, timeout) from None
             except APIError as e:
                 raise _refused(name, str(call_id), e) from e
             if view.get("status") != "pending":
@@ -263,6 +275,11 @@ class Tools:
             try:
                 return self._client._call(method, path, body=body, query=query, timeout=sock_timeout)
             except APIError as e:
+                if deadline is not None and _transient(e) and time.monotonic() >= deadline:
+                    # No answer because the caller's time ran out (the
+                    # socket timeout is cut to the deadline): a timeout,
+                    # not a connection failure.
+                    raise TimeoutError(f"{what}: timed out") from e
                 if attempt >= self.max_attempts or not _transient(e):
                     raise
                 pause = _jitter(backoff / 2, backoff)

@@ -171,6 +171,10 @@ class ClientTest(unittest.TestCase):
         self.assertNotIn("ak_env", repr(c), "the key must not leak into logs")
         bound = c.bind(run_id="run_2")
         self.assertEqual((bound.run_id, bound.session_id, bound.agent_api_key), ("run_2", "ses_1", "ak_env"))
+        self.assertEqual(
+            bound.mcp_config(),
+            {"url": "http://platform.example:8080/mcp", "headers": {"Authorization": "Bearer ak_env", "x-run-id": "run_2", "x-session-id": "ses_1"}},
+        )
 
     def test_unbound_client_sends_no_attribution_headers(self) -> None:
         p = self.platform({"POST /v1/agents/echo:heartbeat": ok({"ok": True})})

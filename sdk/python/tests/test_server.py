@@ -443,6 +443,7 @@ class ServerTest(unittest.TestCase):
             assert req.client is not None
             stored = req.client.append_message("assistant", "noted")
             kwargs.append(req.openai_kwargs())
+            kwargs.append(req.mcp_config())
             return stored["message_id"]
 
         server = self.start(handler, platform_url=platform.url + "/", agent_api_key="ak_1")
@@ -455,6 +456,10 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(
             kwargs[0],
             {"base_url": platform.url + "/v1", "api_key": "ak_1", "default_headers": {"x-run-id": "run_1", "x-session-id": "ses_1"}},
+        )
+        self.assertEqual(
+            kwargs[1],
+            {"url": platform.url + "/mcp", "headers": {"Authorization": "Bearer ak_1", "x-run-id": "run_1", "x-session-id": "ses_1"}},
         )
 
     def test_platform_config_from_env(self) -> None:

@@ -223,6 +223,9 @@ class ToolsTest(unittest.TestCase):
         self.assertEqual(p.requests[-1].query, {"run_id": ["run_1"]})
         self.assert_attributed(p.requests[-1])
         self.assertEqual(agentplane.tool_name_from_function("demo__weather"), "demo.weather")
+        self.assertEqual(agentplane.tool_name_from_function("demo_mcp--lookup_order"), "demo_mcp@lookup_order")
+        self.assertEqual(agentplane.tool_name_from_function("files--read__text"), "files@read.text")
+        self.assertEqual(agentplane.tool_name_from_function("s---x"), "s@-x")
         self.assertEqual(t.get("tc_1")["state"], "WAITING_CLIENT")
 
 

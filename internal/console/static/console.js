@@ -1,0 +1,387 @@
+// console.js — the operator console's core: the key (session storage), calls to the public HTTP
+// API, the follow stream (Server-Sent Events read with fetch, so the key travels as a header),
+// the router that maps /console/… URLs to pages, and DOM helpers. Pages live in pages.js,
+// session.js and replay.js; the timeline model in timeline.js. Server data only ever reaches the
+// DOM through textContent.
+(function (root) {
+  'use strict';
+
+  var KEY_STORAGE = 'agentplane.console.key';
+  var PAGE_SIZE = 1000; // events per request: the API's cap for the console (issue 11)
+
+  // --- DOM helpers ---
+
+  // el builds an element: el('div', {class: 'x', dataset: {id: 1}, onclick: fn}, child, 'text', …).
+  function el(tag, attrs) {
+    var e = document.createElement(tag);
+    if (attrs) {
+      Object.keys(attrs).forEach(function (k) {
+        var v = attrs[k];
+        if (v == null || v === false) return;
+        if (k === 'class') e.className = v;
+        else if (k === 'text') e.textContent = v;
+        else if (k === 'dataset') Object.keys(v).forEach(function (d) { e.dataset[d] = v[d]; });
+        else if (k.slice(0, 2) === 'on' && typeof v === 'function') e.addEventListener(k.slice(2), v);
+        else if (v === true) e.setAttribute(k, '');
+        else e.setAttribute(k, String(v));
+      });
+    }
+    for (var i = 2; i < arguments.length; i++) append(e, arguments[i]);
+    return e;
+  }
+
+  function append(parent, c) {
+    if (c == null || c === false) return;
+    if (Array.isArray(c)) { c.forEach(function (x) { append(parent, x); }); return; }
+    parent.appendChild(typeof c === 'object' ? c : document.createTextNode(String(c)));
+  }
+
+  // link is an in-console link: a plain href (open in a new tab works), routed without a reload.
+  function link(href, text, attrs) {
+    var a = el('a', Object.assign({ href: href, 'data-nav': true }, attrs || {}));
+    a.textContent = text;
+    return a;
+  }
+
+  function pretty(v) {
+    try { return JSON.stringify(v, null, 2); } catch (e) { return String(v); }
+  }
+
+  // --- formatting ---
+
+  function pad(n, w) { var s = String(n); while (s.length < (w || 2)) s = '0' + s; return s; }
+
+  function fmtTime(ms) {
+    if (!ms) return '—';
+    var d = new Date(ms);
+    return d.getFullYear() + '-' + pad(d.getMonth() + 1) + '-' + pad(d.getDate()) + ' ' +
+      pad(d.getHours()) + ':' + pad(d.getMinutes()) + ':' + pad(d.getSeconds());
+  }
+
+  function fmtClock(ms) {
+    var d = new Date(ms);
+    return pad(d.getHours()) + ':' + pad(d.getMinutes()) + ':' + pad(d.getSeconds()) + '.' + pad(d.getMilliseconds(), 3);
+  }
+
+  function fmtDuration(ms) {
+    if (ms == null || !isFinite(ms)) return '—';
+    if (ms === 0) return '0 ms';
+    if (ms < 1) return Math.round(ms * 1000) + ' µs';
+    if (ms < 1000) return (ms < 10 ? ms.toFixed(1) : Math.round(ms)) + ' ms';
+    var s = ms / 1000;
+    if (s < 60) return s.toFixed(s < 10 ? 2 : 1) + ' s';
+    var m = Math.floor(s / 60);
+    if (m < 60) return m + ' min ' + Math.round(s % 60) + ' s';
+    return Math.floor(m / 60) + ' h ' + (m % 60) + ' min';
+  }
+
+  function fmtCost(c) {
+    if (typeof c !== 'number' || !isFinite(c)) return '—';
+    if (c === 0) return '0';
+    // Costs are small: show enough digits to be useful, never float noise.
+    return c >= 1 ? c.toFixed(2) : Number(c.toPrecision(3)).toString();
+  }
+
+  function fmtInt(n) {
+    if (typeof n !== 'number' || !isFinite(n)) return '—';
+    return Math.round(n).toLocaleString('en-US');
+  }
+
+  function clip(s, n) {
+    s = String(s == null ? '' : s);
+    return s.length > n ? s.slice(0, n) + '…' : s;
+  }
+
+  // --- the key ---
+
+  function storedAuth() {
+    try { return JSON.parse(root.sessionStorage.getItem(KEY_STORAGE) || 'null'); } catch (e) { return null; }
+  }
+
+  var auth = storedAuth(); // {key, kind, user_id?}
+
+  function setAuth(a) {
+    auth = a;
+    try {
+      if (a) root.sessionStorage.setItem(KEY_STORAGE, JSON.stringify(a));
+      else root.sessionStorage.removeItem(KEY_STORAGE);
+    } catch (e) { /* not persisted */ }
+  }
+
+  function isAdmin() { return !!auth && auth.kind === 'admin'; }
+
+  // APIError is an error answer of the server: status, code, message.
+  function APIError(status, code, message) {
+    this.status = status;
+    this.code = code || 'http_' + status;
+    this.message = message || ('HTTP ' + status);
+  }
+  APIError.prototype.toString = function () { return this.code + ': ' + this.message; };
+
+  // api calls the HTTP API with the key and returns the decoded JSON. A 401 sends the console
+  // back to the login form.
+  function api(path, opts) {
+    opts = opts || {};
+    var headers = { Accept: 'application/json' };
+    var key = opts.key || (auth && auth.key);
+    if (key) headers.Authorization = 'Bearer ' + key;
+    var init = { method: opts.method || 'GET', headers: headers, cache: 'no-store' };
+    if (opts.body !== undefined) {
+      headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(opts.body);
+    }
+    if (opts.signal) init.signal = opts.signal;
+    return root.fetch(path, init).then(function (res) {
+      return res.text().then(function (text) {
+        var body = null;
+        try { body = text ? JSON.parse(text) : null; } catch (e) { body = null; }
+        if (!res.ok) {
+          var err = body && body.error ? new APIError(res.status, body.error.code, body.error.message) : new APIError(res.status, '', text.slice(0, 200));
+          if (res.status === 401 && !opts.key && AP.onUnauthorized) AP.onUnauthorized();
+          throw err;
+        }
+        return body;
+      });
+    });
+  }
+
+  function query(params) {
+    var q = new URLSearchParams();
+    Object.keys(params).forEach(function (k) {
+      var v = params[k];
+      if (v !== undefined && v !== null && v !== '' && v !== false) q.set(k, String(v));
+    });
+    var s = q.toString();
+    return s ? '?' + s : '';
+  }
+
+  // login checks a key with GET /v1/whoami. "user:key" is accepted as the chat page and
+  // AGENTPLANE_API_KEYS spell it: the part after the first colon is the key, and it must be
+  // that user's.
+  function login(input) {
+    input = String(input || '').trim();
+    if (!input) return Promise.reject(new APIError(0, 'empty', 'enter a key'));
+    function who(key) {
+      return api('/v1/whoami', { key: key }).then(function (w) { return { key: key, kind: w.kind, user_id: w.user_id || '', agent_id: w.agent_id || '' }; });
+    }
+    return who(input).catch(function (err) {
+      var i = input.indexOf(':');
+      if (err.status !== 401 || i <= 0) throw err;
+      var user = input.slice(0, i);
+      return who(input.slice(i + 1)).then(function (a) {
+        if (a.kind !== 'user' || a.user_id !== user) throw new APIError(401, 'unauthorized', 'that key is not ' + user + '\u2019s');
+        return a;
+      });
+    }).then(function (a) {
+      if (a.kind === 'agent') throw new APIError(403, 'forbidden', 'an agent key cannot use the console');
+      setAuth(a);
+      return a;
+    });
+  }
+
+  // --- the follow stream ---
+
+  // follow reads GET /v1/sessions/{id}/events?follow=1 from afterSeq and calls onEvents with
+  // each batch of events, in seq order, each once. A dropped stream is resumed with
+  // Last-Event-ID after a backoff; onState hears 'live', 'reconnecting' and 'stopped'. It
+  // returns {stop}.
+  function follow(sessionId, afterSeq, onEvents, onState) {
+    var last = afterSeq || 0;
+    var stopped = false;
+    var ctl = null;
+    var attempt = 0;
+    var timer = null;
+    function state(s, info) { if (onState) onState(s, info || {}); }
+    function connect() {
+      if (stopped) return;
+      ctl = new AbortController();
+      var headers = { Accept: 'text/event-stream', Authorization: 'Bearer ' + (auth && auth.key) };
+      if (last > 0) headers['Last-Event-ID'] = String(last);
+      root.fetch('/v1/sessions/' + encodeURIComponent(sessionId) + '/events?follow=1&after_seq=' + last, { headers: headers, signal: ctl.signal, cache: 'no-store' })
+        .then(function (res) {
+          if (!res.ok) {
+            return res.text().then(function (t) {
+              var b = null;
+              try { b = JSON.parse(t); } catch (e) { b = null; }
+              var err = b && b.error ? new APIError(res.status, b.error.code, b.error.message) : new APIError(res.status, '', t);
+              err.fatal = res.status === 401 || res.status === 403 || res.status === 404;
+              throw err;
+            });
+          }
+          attempt = 0;
+          state('live');
+          return read(res.body.getReader());
+        })
+        .then(function () { retry(null); }, function (err) { retry(err); });
+    }
+    function read(reader) {
+      var decoder = new TextDecoder();
+      var buf = '';
+      function pump() {
+        return reader.read().then(function (r) {
+          if (r.done || stopped) return;
+          buf += decoder.decode(r.value, { stream: true });
+          var batch = [];
+          var i;
+          while ((i = buf.indexOf('\n\n')) >= 0) {
+            var block = buf.slice(0, i);
+            buf = buf.slice(i + 2);
+            var data = null;
+            block.split('\n').forEach(function (line) {
+              if (line.slice(0, 6) === 'data: ') data = line.slice(6);
+            });
+            if (data == null) continue;
+            var ev;
+            try { ev = JSON.parse(data); } catch (e) { continue; }
+            if (typeof ev.seq !== 'number' || ev.seq <= last) continue;
+            last = ev.seq;
+            batch.push(ev);
+          }
+          if (batch.length) onEvents(batch);
+          return pump();
+        });
+      }
+      return pump();
+    }
+    function retry(err) {
+      if (stopped) return;
+      if (err && err.fatal) {
+        stopped = true;
+        state('stopped', { error: err });
+        return;
+      }
+      var delay = Math.min(5000, 500 * Math.pow(2, attempt++));
+      state('reconnecting', { delayMs: delay, lastSeq: last, error: err });
+      timer = root.setTimeout(connect, delay);
+    }
+    connect();
+    return {
+      stop: function () {
+        stopped = true;
+        if (timer) root.clearTimeout(timer);
+        if (ctl) ctl.abort();
+        state('stopped');
+      },
+      lastSeq: function () { return last; },
+    };
+  }
+
+  // eventsPage fetches one page of a session's (or a run's) events after afterSeq.
+  function eventsPage(path, afterSeq, limit) {
+    return api(path + query({ after_seq: afterSeq, limit: limit || PAGE_SIZE })).then(function (b) {
+      return { events: (b && b.events) || [], next: b ? b.next_after_seq : afterSeq };
+    });
+  }
+
+  // session reads one session's summary (GET /v1/sessions filtered to its id); null if absent.
+  function sessionSummary(id) {
+    return api('/v1/sessions' + query({ q: id, limit: 20 })).then(function (b) {
+      var list = (b && b.sessions) || [];
+      for (var i = 0; i < list.length; i++) if (list[i].session_id === id) return list[i];
+      return null;
+    });
+  }
+
+  // allPages follows next_cursor and returns every item (at most max).
+  function allPages(path, params, field, max) {
+    var out = [];
+    function next(cursor) {
+      var p = Object.assign({}, params, { limit: 1000, cursor: cursor });
+      return api(path + query(p)).then(function (b) {
+        out = out.concat((b && b[field]) || []);
+        if (b && b.next_cursor && out.length < (max || 10000)) return next(b.next_cursor);
+        return out;
+      });
+    }
+    return next('');
+  }
+
+  // --- toasts ---
+
+  function toast(text, kind) {
+    var box = document.getElementById('toasts');
+    if (!box) return;
+    while (box.children.length >= 4) box.firstChild.remove();
+    var t = el('div', { class: 'toast ' + (kind || 'info'), role: kind === 'error' ? 'alert' : 'status' }, el('span', { text: text }));
+    t.appendChild(el('button', { type: 'button', class: 'toast-close', 'aria-label': 'Dismiss', text: '×', onclick: function () { t.remove(); } }));
+    box.appendChild(t);
+    root.setTimeout(function () { t.remove(); }, 8000);
+  }
+
+  // --- router ---
+
+  var routes = [];
+  var current = null; // {cleanup}
+
+  // route registers a page: pattern like '/console/sessions/:id/replay'.
+  function route(pattern, name, render, opts) {
+    var keys = [];
+    var re = new RegExp('^' + pattern.replace(/:([a-z]+)/g, function (_, k) { keys.push(k); return '([^/]+)'; }) + '/?$');
+    routes.push({ re: re, keys: keys, name: name, render: render, admin: !!(opts && opts.admin) });
+  }
+
+  function navigate(href, replace) {
+    if (replace) root.history.replaceState(null, '', href);
+    else root.history.pushState(null, '', href);
+    render();
+  }
+
+  // setQuery replaces the page's query string (filters) without re-rendering it.
+  function setQuery(params) {
+    root.history.replaceState(null, '', root.location.pathname + query(params));
+  }
+
+  function render() {
+    var view = document.getElementById('view');
+    if (current && current.cleanup) {
+      try { current.cleanup(); } catch (e) { root.console.error(e); }
+    }
+    current = null;
+    view.replaceChildren();
+    if (!auth) { AP.showLogin(); return; }
+    var path = root.location.pathname;
+    if (path === '/console' || path === '/console/') { navigate('/console/sessions', true); return; }
+    var params = {};
+    var r = null;
+    for (var i = 0; i < routes.length; i++) {
+      var m = routes[i].re.exec(path);
+      if (m) {
+        r = routes[i];
+        r.keys.forEach(function (k, j) { params[k] = decodeURIComponent(m[j + 1]); });
+        break;
+      }
+    }
+    document.querySelectorAll('#nav a[data-page]').forEach(function (a) {
+      a.classList.toggle('active', !!r && path.indexOf('/console/' + a.dataset.page) === 0);
+    });
+    AP.page = r ? r.name : 'not_found';
+    AP.pageState = null;
+    if (!r) {
+      view.appendChild(el('div', { class: 'page' }, el('h1', { text: 'Not found' }), el('p', { text: 'No console page at ' + path + '.' })));
+      return;
+    }
+    if (r.admin && !isAdmin()) {
+      view.appendChild(el('div', { class: 'page' }, el('h1', { text: 'Admin only' }), el('p', { class: 'muted', text: 'This page needs the admin key; you are logged in as user ' + auth.user_id + '.' })));
+      return;
+    }
+    var q = new URLSearchParams(root.location.search);
+    try {
+      current = { cleanup: r.render(view, params, q) || null };
+    } catch (e) {
+      root.console.error(e);
+      view.appendChild(el('p', { class: 'error', text: 'This page failed: ' + e }));
+    }
+  }
+
+  var AP = {
+    el: el, link: link, pretty: pretty, clip: clip,
+    fmtTime: fmtTime, fmtClock: fmtClock, fmtDuration: fmtDuration, fmtCost: fmtCost, fmtInt: fmtInt,
+    api: api, query: query, login: login, follow: follow, eventsPage: eventsPage, sessionSummary: sessionSummary,
+    allPages: allPages, APIError: APIError, PAGE_SIZE: PAGE_SIZE,
+    auth: function () { return auth; }, setAuth: setAuth, isAdmin: isAdmin,
+    route: route, navigate: navigate, render: render, setQuery: setQuery, toast: toast,
+    page: '', pageState: null,
+    onUnauthorized: null, showLogin: function () {},
+  };
+  root.AP = AP;
+})(window);

@@ -1,0 +1,316 @@
+// replay.js — replay of a session as it happened (/console/sessions/{id}/replay): the log is read
+// a page at a time and played on a clock at 1×, 10× or as fast as it can be drawn ("instant"),
+// pausable and seekable (a slider over the seqs), with the chat — driven by the chat page's own
+// protocol core, chat.js — and the timeline in step. Long idle gaps (an approval waiting for a
+// human) are shortened to MAX_GAP_MS so a replay never sits still for minutes.
+// ?speed=1|10|instant&autoplay=1 start it without a click.
+(function (root) {
+  'use strict';
+
+  var el = AP.el;
+  var Timeline = root.AgentplaneTimeline;
+  var Core = root.AgentplaneChatCore;
+
+  var MAX_GAP_MS = 2000;
+  var FRAME_BUDGET_MS = 12; // work per animation frame, so the page stays responsive
+  var PREFETCH_BELOW = 300; // fetch the next page when fewer events than this are buffered
+
+  // clientTypes maps log event types to the message type clients are sent (the table of
+  // internal/ingress/messages.go); other types are internal and never reach a chat.
+  var clientTypes = {
+    run_started: 'run_started', agent_stream_delta: 'delta', state: 'state', run_done: 'done', run_failed: 'error',
+    run_cancelled: 'state', tool_request: 'tool_request', approval_created: 'approval_required',
+    input_required: 'input_required', sub_agent_call_start: 'sub_agent_call_start', sub_agent_partial: 'sub_agent_partial',
+    sub_agent_complete: 'sub_agent_complete', sub_agent_error: 'sub_agent_error',
+  };
+
+  // clientMessage is the message a chat client was sent for a logged event (the envelope, then
+  // the payload's fields, as ingress.ClientMessage builds it), or null for an internal event.
+  function clientMessage(e) {
+    var type = clientTypes[e.type];
+    if (!type) return null;
+    var m = { type: type, session_id: e.session_id, seq: e.seq, event_id: e.event_id, ts: e.ts, run_id: e.run_id };
+    if (e.parent_run_id) m.parent_run_id = e.parent_run_id;
+    var p = e.payload;
+    if (p && typeof p === 'object' && !Array.isArray(p)) Object.keys(p).forEach(function (k) { m[k] = p[k]; });
+    return m;
+  }
+  AP.clientMessage = clientMessage;
+
+  // chatView renders chat.js's items into box, as the chat page draws them: user and agent
+  // bubbles, and the tool and approval cards (read-only here).
+  function chatView(box) {
+    var els = new Map();
+    function fill(li, item) {
+      li.dataset.status = item.status || '';
+      if (item.runId) li.dataset.runId = item.runId;
+      if (item.tool) li.dataset.state = item.tool.state;
+      if (item.approval) li.dataset.state = item.approval.state;
+      li.querySelector('.text').textContent = item.text;
+      li.querySelector('.status').textContent = item.statusText || '';
+    }
+    return {
+      added: function (item, before) {
+        var li = el('div', { class: 'msg ' + item.role + (item.kind ? ' card' : '') + (item.child ? ' child' : ''), 'data-testid': 'message', dataset: { kind: item.kind || '' } });
+        if (item.role === 'assistant') li.appendChild(el('div', { class: 'author', text: item.child ? 'sub-agent · ' + (item.agentId || '') : (item.agentId || 'assistant') }));
+        li.appendChild(el('div', { class: 'text' }));
+        li.appendChild(el('div', { class: 'status' }));
+        els.set(item.id, li);
+        fill(li, item);
+        var next = before ? els.get(before.id) || null : null;
+        if (!next && item.kind && item.runId) next = box.querySelector('.msg.assistant[data-run-id="' + CSS.escape(item.runId) + '"]');
+        box.insertBefore(li, next);
+      },
+      updated: function (item) {
+        var li = els.get(item.id);
+        if (li) fill(li, item);
+      },
+      cleared: function () { els.clear(); box.replaceChildren(); },
+    };
+  }
+
+  AP.route('/console/sessions/:id/replay', 'replay', function (view, params, q) {
+    var id = params.id;
+    var eventsPath = '/v1/sessions/' + encodeURIComponent(id) + '/events';
+    var page = el('div', { class: 'page replay-page' });
+    view.appendChild(page);
+
+    var playBtn = el('button', { type: 'button', class: 'btn btn-primary', 'data-testid': 'play', text: 'Play' });
+    var speeds = ['1', '10', 'instant'].map(function (s) {
+      return el('button', { type: 'button', class: 'btn btn-small speed', 'data-testid': 'speed-' + s, dataset: { speed: s }, text: s === 'instant' ? 'instant' : s + '×' });
+    });
+    var slider = el('input', { type: 'range', min: '0', max: '0', value: '0', step: '1', 'data-testid': 'seek', 'aria-label': 'Position in the log (seq)' });
+    var pos = el('span', { class: 'replay-pos', 'data-testid': 'replay-pos', text: 'loading…' });
+    var errBox = el('div', { class: 'error-box', role: 'alert', hidden: true });
+    page.appendChild(el('div', { class: 'page-head' },
+      el('h1', {}, 'Replay of ', AP.link('/console/sessions/' + encodeURIComponent(id), id, { class: 'mono' })),
+      el('div', { class: 'head-actions' }, AP.link('/console/sessions/' + encodeURIComponent(id), 'Live view', { class: 'btn btn-small' }))));
+    page.appendChild(errBox);
+    page.appendChild(el('div', { class: 'replay-controls' }, playBtn, el('span', { class: 'speeds' }, speeds), slider, pos));
+    var chatBox = el('div', { class: 'messages', 'data-testid': 'replay-chat' });
+    var tlBox = el('div', { class: 'timeline-box' });
+    page.appendChild(el('div', { class: 'replay-panes' },
+      el('section', { class: 'pane chat-pane', 'aria-label': 'Chat' }, el('h2', { text: 'Chat' }), chatBox),
+      el('section', { class: 'pane timeline-pane', 'aria-label': 'Timeline' }, el('h2', { text: 'Timeline' }), tlBox)));
+
+    var st = {
+      lastSeq: 0, firstTs: 0, speed: q.get('speed') === 'instant' ? 'instant' : q.get('speed') === '10' ? 10 : 1,
+      playing: false, finished: false, started: false, seeking: false,
+      buf: [], bi: 0, next: 0, exhausted: false, fetching: null,
+      pos: 0, clock: 0, lastFrame: 0, frame: 0,
+    };
+    var model, tview, chat, stopped = false, error = null;
+
+    function reset() {
+      if (tview) tview.destroy();
+      tlBox.replaceChildren();
+      model = new Timeline.Model();
+      tview = new Timeline.View(tlBox, model, {
+        eventsPath: eventsPath,
+        // At the bottom of the page the timeline keeps up with the replay.
+        follow: function () { return root.innerHeight + root.scrollY >= document.documentElement.scrollHeight - 300; },
+      });
+      chatBox.replaceChildren();
+      chat = new Core.Chat({
+        url: null, settings: { user: '', key: '', agent: '' }, sessionId: id, view: chatView(chatBox),
+        clientTools: {}, now: function () { return st.clock || Date.now(); },
+        // The replay's cards settle from the log's own outcomes, never from a timer.
+        setTimeout: function () { return 0; }, clearTimeout: function () {},
+        WebSocket: function () { throw new Error('a replay has no connection'); },
+      });
+      st.buf = [];
+      st.bi = 0;
+      st.next = 0;
+      st.exhausted = false;
+      st.fetching = null;
+      st.pos = 0;
+      st.clock = 0;
+      st.finished = false;
+      showControls();
+    }
+
+    function buffered() { return st.buf.length - st.bi; }
+
+    // fetch reads the next page of the log into the buffer (one request at a time).
+    function fetch() {
+      if (st.fetching || st.exhausted) return st.fetching || Promise.resolve();
+      var gen = st.gen;
+      st.fetching = AP.eventsPage(eventsPath, st.next, AP.PAGE_SIZE).then(function (p) {
+        if (gen !== st.gen) return; // a seek started over meanwhile
+        st.fetching = null;
+        if (st.bi > 0) { st.buf = st.buf.slice(st.bi); st.bi = 0; }
+        st.buf = st.buf.concat(p.events);
+        st.next = p.next;
+        if (p.events.length < AP.PAGE_SIZE) st.exhausted = true;
+        if (p.events.length && p.events[p.events.length - 1].seq > st.lastSeq) {
+          st.lastSeq = p.events[p.events.length - 1].seq;
+          slider.max = String(st.lastSeq);
+        }
+      }, function (err) {
+        st.fetching = null;
+        fail(err);
+      });
+      return st.fetching;
+    }
+
+    function apply(e) {
+      model.add([e]);
+      var m = clientMessage(e);
+      if (m) chat.onLogEvent(m);
+      st.pos = e.seq;
+      if (!st.started) st.started = true;
+    }
+
+    function fail(err) {
+      error = err;
+      st.playing = false;
+      errBox.hidden = false;
+      errBox.textContent = err.status === 404 ? 'No such session (or not yours): ' + id : 'Could not load the log: ' + err;
+      showControls();
+    }
+
+    function showControls() {
+      playBtn.textContent = st.playing ? 'Pause' : st.finished ? 'Replay again' : 'Play';
+      speeds.forEach(function (b) { b.classList.toggle('active', String(st.speed) === b.dataset.speed); });
+      if (!st.seeking) slider.value = String(st.pos);
+      var t = st.clock && st.firstTs ? ' · t+' + AP.fmtDuration(st.clock - st.firstTs) : '';
+      pos.textContent = 'seq ' + st.pos + ' of ' + st.lastSeq + t + (st.finished ? ' · finished' : st.playing ? ' · playing' : ' · paused');
+    }
+
+    // frame plays what the clock has reached, within the frame's budget.
+    function frame(now) {
+      st.frame = 0;
+      if (!st.playing || stopped) return;
+      var dt = st.lastFrame ? now - st.lastFrame : 0;
+      st.lastFrame = now;
+      if (st.speed !== 'instant') st.clock += dt * st.speed;
+      var t0 = root.performance.now();
+      var applied = 0;
+      while (buffered() > 0 && root.performance.now() - t0 < FRAME_BUDGET_MS) {
+        var e = st.buf[st.bi];
+        if (st.speed !== 'instant') {
+          if (!st.clock) st.clock = e.ts;
+          if (e.ts > st.clock) {
+            // Skip most of a long quiet stretch.
+            if (e.ts - st.clock > MAX_GAP_MS) st.clock = e.ts - MAX_GAP_MS;
+            break;
+          }
+        } else {
+          st.clock = e.ts;
+        }
+        st.bi++;
+        apply(e);
+        applied++;
+      }
+      if (applied) tview.update();
+      if (buffered() < PREFETCH_BELOW && !st.exhausted) fetch();
+      if (buffered() === 0 && st.exhausted && !st.fetching) {
+        st.playing = false;
+        st.finished = true;
+        showControls();
+        return;
+      }
+      showControls();
+      schedule();
+    }
+
+    function schedule() {
+      if (!st.frame && st.playing) st.frame = root.requestAnimationFrame(frame);
+    }
+
+    function play() {
+      if (st.finished) {
+        seek(0, true);
+        return;
+      }
+      st.playing = true;
+      st.lastFrame = 0;
+      if (buffered() === 0 && !st.exhausted) fetch().then(schedule);
+      else schedule();
+      showControls();
+    }
+
+    function pause() {
+      st.playing = false;
+      showControls();
+    }
+
+    // seek moves to just after seq target: backwards starts over from the first event; either
+    // way the events up to target are applied at once, a frame's budget at a time.
+    function seek(target, thenPlay) {
+      var wasPlaying = thenPlay || st.playing;
+      st.playing = false;
+      st.seeking = true;
+      st.gen = (st.gen || 0) + 1;
+      if (target < st.pos) reset();
+      function step() {
+        if (stopped) return;
+        var t0 = root.performance.now();
+        while (buffered() > 0 && st.pos < target && root.performance.now() - t0 < FRAME_BUDGET_MS) {
+          var e = st.buf[st.bi++];
+          st.clock = e.ts;
+          apply(e);
+        }
+        tview.update();
+        showControls();
+        if (st.pos < target && buffered() === 0 && !st.exhausted) {
+          fetch().then(step);
+          return;
+        }
+        if (st.pos < target && buffered() > 0) {
+          root.requestAnimationFrame(step);
+          return;
+        }
+        st.seeking = false;
+        st.finished = buffered() === 0 && st.exhausted;
+        showControls();
+        if (wasPlaying && !st.finished) play();
+      }
+      if (buffered() === 0 && !st.exhausted) fetch().then(step);
+      else step();
+    }
+
+    playBtn.addEventListener('click', function () { if (st.playing) pause(); else play(); });
+    speeds.forEach(function (b) {
+      b.addEventListener('click', function () {
+        var s = b.dataset.speed;
+        st.speed = s === 'instant' ? 'instant' : Number(s);
+        st.lastFrame = 0;
+        showControls();
+      });
+    });
+    slider.addEventListener('input', function () { st.seeking = true; });
+    slider.addEventListener('change', function () { seek(Number(slider.value), false); });
+
+    reset();
+    st.gen = 0;
+    AP.sessionSummary(id).then(function (s) {
+      if (stopped) return;
+      if (!s) { fail(new AP.APIError(404, 'session_not_found', 'no such session')); return; }
+      st.lastSeq = Math.max(st.lastSeq, s.last_seq);
+      slider.max = String(st.lastSeq);
+      showControls();
+    }, fail);
+    fetch().then(function () {
+      if (stopped || error) return;
+      if (st.buf.length) st.firstTs = st.buf[0].ts;
+      showControls();
+      if (q.get('autoplay') === '1') play();
+    });
+
+    AP.pageState = function () {
+      return {
+        sessionId: id, pos: st.pos, lastSeq: st.lastSeq, playing: st.playing, finished: st.finished, started: st.started, seeking: st.seeking,
+        speed: String(st.speed), buffered: buffered(), error: error ? error.code : '',
+        chat: chat ? chat.snapshot() : null, timeline: model ? { rows: model.rows.length, lastSeq: model.lastSeq, counts: model.summary().counts } : null,
+      };
+    };
+
+    return function () {
+      stopped = true;
+      st.playing = false;
+      if (st.frame) root.cancelAnimationFrame(st.frame);
+      if (tview) tview.destroy();
+    };
+  });
+})(window);

@@ -1,0 +1,210 @@
+// session.js — the session view (/console/sessions/{id}): the run tree and the timeline of every
+// run, LLM call, tool call and state, loaded a page of the log at a time as the reader scrolls,
+// then followed live (GET /v1/sessions/{id}/events?follow=1, resumed after a reconnect from the
+// last seq). ?run=RUN_ID narrows the timeline to one run's events.
+(function (root) {
+  'use strict';
+
+  var el = AP.el;
+  var Timeline = root.AgentplaneTimeline;
+
+  function nearBottom() {
+    var d = document.documentElement;
+    return root.innerHeight + root.scrollY >= d.scrollHeight - 300;
+  }
+
+  // runTree renders runs nested by parent_run_id (runs whose parent is unknown are roots).
+  function runTree(runs, sessionId, selected) {
+    var byParent = new Map();
+    var ids = new Set(runs.map(function (r) { return r.run_id; }));
+    runs.forEach(function (r) {
+      var p = r.parent_run_id && ids.has(r.parent_run_id) ? r.parent_run_id : '';
+      if (!byParent.has(p)) byParent.set(p, []);
+      byParent.get(p).push(r);
+    });
+    function list(parent, depth) {
+      var kids = byParent.get(parent) || [];
+      if (!kids.length) return null;
+      return el('ul', { class: depth ? 'run-children' : 'run-tree', 'data-testid': depth ? null : 'run-tree' }, kids.map(function (r) {
+        var dur = r.ended_at ? AP.fmtDuration(r.ended_at - r.started_at) : 'running';
+        var href = '/console/sessions/' + encodeURIComponent(sessionId) + '?run=' + encodeURIComponent(r.run_id);
+        return el('li', { dataset: { runId: r.run_id, status: r.status }, class: r.run_id === selected ? 'selected' : null },
+          el('div', { class: 'run-line' },
+            AP.link(href, r.run_id, { class: 'mono' }), ' ',
+            el('strong', { text: r.agent_id }), ' ',
+            el('span', { class: 'badge ' + statusClass(r.status), text: r.status }), ' ',
+            el('span', { class: 'muted', text: dur }),
+            r.error && r.error.code ? el('span', { class: 'bad', text: ' ' + r.error.code }) : null),
+          list(r.run_id, depth + 1));
+      }));
+    }
+    return list('', 0) || el('p', { class: 'muted', text: 'No runs yet.' });
+  }
+
+  function statusClass(s) {
+    if (s === 'DONE') return 'good';
+    if (s === 'FAILED') return 'bad';
+    if (s === 'CANCELLED' || (s && s.indexOf('PAUSED') === 0)) return 'warn';
+    return 'info';
+  }
+
+  AP.statusClass = statusClass;
+
+  AP.route('/console/sessions/:id', 'session', function (view, params, q) {
+    var id = params.id;
+    var runFilter = q.get('run') || '';
+    var eventsPath = runFilter ? '/v1/runs/' + encodeURIComponent(runFilter) + '/events' : '/v1/sessions/' + encodeURIComponent(id) + '/events';
+    var page = el('div', { class: 'page session-page' });
+    view.appendChild(page);
+
+    var live = el('span', { class: 'live', 'data-testid': 'live-status', dataset: { state: 'loading' }, text: 'loading…' });
+    var meta = el('p', { class: 'muted session-meta' });
+    var runsBox = el('div', { class: 'runs-box' }, el('p', { class: 'muted', text: 'loading runs…' }));
+    var errBox = el('div', { class: 'error-box', role: 'alert', hidden: true });
+    var jump = el('button', { type: 'button', class: 'btn btn-small', text: 'Jump to latest', title: 'Load the end of the log and follow it live' });
+    page.appendChild(el('div', { class: 'page-head' },
+      el('h1', {}, 'Session ', el('code', { 'data-testid': 'session-id', text: id })),
+      el('div', { class: 'head-actions' }, live, jump,
+        AP.link('/console/sessions/' + encodeURIComponent(id) + '/replay', 'Replay', { class: 'btn btn-small btn-primary', 'data-testid': 'replay-link' }))));
+    page.appendChild(meta);
+    page.appendChild(errBox);
+    page.appendChild(el('details', { class: 'runs-panel', open: true }, el('summary', { text: 'Run tree' }), runsBox));
+    if (runFilter) {
+      page.appendChild(el('p', { class: 'filter-note' }, 'Showing run ', el('code', { text: runFilter }), ' only (not followed live). ',
+        AP.link('/console/sessions/' + encodeURIComponent(id), 'Show the whole session')));
+    }
+    var tlBox = el('div', { class: 'timeline-box' });
+    page.appendChild(tlBox);
+
+    var model, tview, cursor, loading, atEnd, follower, stopped = false, error = null, liveState = 'loading';
+    var apiRuns = [];
+
+    function setLive(s, text) {
+      liveState = s;
+      live.dataset.state = s;
+      live.textContent = text;
+    }
+
+    function fail(err) {
+      error = err;
+      errBox.hidden = false;
+      errBox.textContent = err.status === 404 ? 'No such session (or not yours): ' + id : 'Could not load the session: ' + err;
+      setLive('stopped', 'not loaded');
+    }
+
+    function start(from) {
+      if (follower) follower.stop();
+      follower = null;
+      if (tview) tview.destroy();
+      tlBox.replaceChildren();
+      model = new Timeline.Model();
+      cursor = from;
+      loading = false;
+      atEnd = false;
+      tview = new Timeline.View(tlBox, model, {
+        needMore: loadMore, eventsPath: eventsPath,
+        follow: function () { return nearBottom(); },
+      });
+      loadMore();
+    }
+
+    function loadMore() {
+      if (loading || atEnd || stopped || error) return;
+      loading = true;
+      AP.eventsPage(eventsPath, cursor, AP.PAGE_SIZE).then(function (p) {
+        loading = false;
+        if (stopped) return;
+        model.add(p.events);
+        cursor = p.next;
+        if (p.events.length < AP.PAGE_SIZE) {
+          atEnd = true;
+          if (runFilter) setLive('filtered', 'one run');
+          else startFollow();
+        } else if (liveState === 'loading') {
+          setLive('paging', 'loading as you scroll');
+        }
+        tview.update();
+        refreshRuns();
+      }, function (err) {
+        loading = false;
+        if (!stopped) fail(err);
+      });
+    }
+
+    function startFollow() {
+      setLive('connecting', 'connecting…');
+      follower = AP.follow(id, cursor, function (events) {
+        model.add(events);
+        cursor = model.lastSeq;
+        tview.update();
+        refreshRuns();
+      }, function (s, info) {
+        if (s === 'live') setLive('live', '● live');
+        else if (s === 'reconnecting') setLive('reconnecting', 'reconnecting after seq ' + info.lastSeq + '…');
+        else if (s === 'stopped' && info.error) fail(info.error);
+      });
+    }
+
+    // The run tree: the runs API (every run, even those not loaded yet) with what the
+    // loaded events say since.
+    var runsTimer = null;
+    function refreshRuns() {
+      if (runsTimer) return;
+      runsTimer = root.setTimeout(function () {
+        runsTimer = null;
+        if (stopped) return;
+        var merged = apiRuns.slice();
+        var known = new Map(merged.map(function (r) { return [r.run_id, r]; }));
+        model.runOrder.forEach(function (r) {
+          if (!r.runId) return;
+          var a = known.get(r.runId);
+          if (!a) {
+            a = { run_id: r.runId, parent_run_id: r.parentRunId, agent_id: r.agentId, status: r.status, started_at: r.startedAt, ended_at: r.endedAt, error: r.error };
+            merged.push(a);
+            known.set(r.runId, a);
+          } else if (r.endedAt || !a.ended_at) {
+            a.status = r.status || a.status;
+            a.ended_at = r.endedAt || a.ended_at;
+            if (r.error) a.error = r.error;
+          }
+        });
+        runsBox.replaceChildren(runTree(merged, id, runFilter));
+      }, 250);
+    }
+
+    AP.sessionSummary(id).then(function (s) {
+      if (stopped) return;
+      if (!s) {
+        fail(new AP.APIError(404, 'session_not_found', 'no such session'));
+        return;
+      }
+      meta.textContent = 'user ' + (s.user_id || '—') + ' · created ' + AP.fmtTime(s.created_at) + ' · ' + AP.fmtInt(s.last_seq) +
+        ' events · last event ' + AP.fmtTime(s.last_event_at) + ' · agents ' + (s.agents.join(', ') || '—');
+      jump.onclick = function () {
+        AP.sessionSummary(id).then(function (s2) { start(Math.max(0, ((s2 && s2.last_seq) || 0) - 200)); });
+      };
+    }, fail);
+    AP.allPages('/v1/runs', { session_id: id, order: 'asc' }, 'runs', 5000).then(function (runs) {
+      apiRuns = runs;
+      refreshRuns();
+    }, function () { /* the events say enough */ });
+    start(0);
+
+    AP.pageState = function () {
+      var s = model ? model.summary() : {};
+      s.sessionId = id;
+      s.live = liveState;
+      s.rendered = tview ? tview.rendered : 0;
+      s.error = error ? error.code : '';
+      s.runFilter = runFilter;
+      return s;
+    };
+
+    return function () {
+      stopped = true;
+      if (follower) follower.stop();
+      if (tview) tview.destroy();
+      if (runsTimer) root.clearTimeout(runsTimer);
+    };
+  });
+})(window);
