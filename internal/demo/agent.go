@@ -10,6 +10,7 @@
 // browser's client tool client.now, the server tool demo.transfer, which
 // asks a human for approval above 100, or the MCP tools
 // demo_mcp@lookup_order and demo_mcp@refund (every refund needs an approval).
+// team.go adds a planner that calls two worker agents the same way (issue 9).
 package demo
 
 import (
@@ -46,6 +47,9 @@ type Agent struct {
 	ln, toolsLn, mcpLn    net.Listener
 	srv, toolsSrv, mcpSrv *http.Server
 	model                 string
+	// prompt is the system prompt of the agent's model; "" is the demo
+	// agent's (the team's agents have their own, team.go).
+	prompt string
 }
 
 // Listen reserves the loopback ports of the demo agent and of its tools, so
@@ -81,19 +85,31 @@ func (a *Agent) Serve(platformURL, agentKey, model string) {
 	h := agentplane.NewAgentHandler(a.reply)
 	h.Platform = agentplane.NewClient(platformURL, agentKey)
 	a.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	a.toolsSrv = &http.Server{Handler: newToolServer(), ReadHeaderTimeout: 10 * time.Second}
 	go a.srv.Serve(a.ln)
-	go a.toolsSrv.Serve(a.toolsLn)
+	if a.toolsLn != nil {
+		a.toolsSrv = &http.Server{Handler: newToolServer(), ReadHeaderTimeout: 10 * time.Second}
+		go a.toolsSrv.Serve(a.toolsLn)
+	}
 }
 
 // Stop closes the demo agent and its tools.
 func (a *Agent) Stop(ctx context.Context) error {
-	// The MCP server's stream to the platform stays open: close, not shut down.
-	mcpErr := a.mcpSrv.Close()
+	var errs []error
 	if a.srv == nil {
-		return errors.Join(a.ln.Close(), a.toolsLn.Close(), mcpErr)
+		errs = append(errs, a.ln.Close())
+	} else {
+		errs = append(errs, a.srv.Shutdown(ctx))
 	}
-	return errors.Join(a.srv.Shutdown(ctx), a.toolsSrv.Shutdown(ctx), mcpErr)
+	if a.toolsSrv != nil {
+		errs = append(errs, a.toolsSrv.Shutdown(ctx))
+	} else if a.toolsLn != nil {
+		errs = append(errs, a.toolsLn.Close())
+	}
+	if a.mcpSrv != nil {
+		// The MCP server's stream to the platform stays open: close, not shut down.
+		errs = append(errs, a.mcpSrv.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // reply answers one message with the OpenAI function-calling loop, every
@@ -111,7 +127,11 @@ func (a *Agent) reply(ctx context.Context, req *agentplane.Request, s agentplane
 	if err != nil {
 		return &agentplane.Error{Code: "tools_unavailable", Message: err.Error()}
 	}
-	msgs := []chatMessage{{Role: "system", Content: ptr(systemPrompt)}}
+	prompt := a.prompt
+	if prompt == "" {
+		prompt = systemPrompt
+	}
+	msgs := []chatMessage{{Role: "system", Content: ptr(prompt)}}
 	for _, m := range req.Messages {
 		msgs = append(msgs, chatMessage{Role: m.Role, Content: ptr(m.Content)})
 	}

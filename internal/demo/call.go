@@ -48,6 +48,16 @@ func callTool(ctx context.Context, c *agentplane.Client, s agentplane.Stream, ca
 	if len(res) == 0 {
 		res = json.RawMessage(`null`)
 	}
+	if strings.HasPrefix(name, "call_") {
+		// Another agent's answer ({output, run_id, usage}): the model needs
+		// what it said, as a planner reads a colleague's report.
+		var r struct {
+			Output *string `json:"output"`
+		}
+		if json.Unmarshal(res, &r) == nil && r.Output != nil {
+			return *r.Output, nil
+		}
+	}
 	return mcpToolMessage(res), nil
 }
 

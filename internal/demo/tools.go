@@ -22,6 +22,9 @@ import (
 //   - demo.transfer {amount, to}: a server tool whose policy sends any
 //     amount over 100 to a human for approval (rule "large-transfer").
 //
+// Each is offered to the demo agent and to the team's worker whose job it is
+// (demo.weather to "weather", demo.transfer to "payments"; team.go).
+//
 // Every one has on_failure "return_to_agent": under the default, fail_run, a
 // rejected transfer or an offline browser would fail the whole run and the
 // user would see only an error code. Handed back to the agent as a
@@ -51,6 +54,10 @@ type toolDefinition struct {
 	TimeoutMS         int64           `json:"timeout_ms,omitempty"`
 	ApprovalTimeoutMS int64           `json:"approval_timeout_ms,omitempty"`
 	OnFailure         string          `json:"on_failure"`
+	// Agents are the agents that may call the tool: the demo agent, and
+	// the team's worker whose job it is (team.go). The planner gets none:
+	// it works through the workers.
+	Agents []string `json:"agents,omitempty"`
 }
 
 type toolPolicy struct {
@@ -76,6 +83,7 @@ func toolDefinitions(toolsURL string) map[string]toolDefinition {
 			Policy:      toolPolicy{Decision: "allow"},
 			TimeoutMS:   10_000,
 			OnFailure:   "return_to_agent",
+			Agents:      []string{AgentID, WeatherID},
 		},
 		ToolNow: {
 			Kind:        "client",
@@ -86,6 +94,7 @@ func toolDefinitions(toolsURL string) map[string]toolDefinition {
 			// the user waiting for a tab that went away.
 			TimeoutMS: 15_000,
 			OnFailure: "return_to_agent",
+			Agents:    []string{AgentID},
 		},
 		ToolTransfer: {
 			Kind:        "server",
@@ -98,6 +107,7 @@ func toolDefinitions(toolsURL string) map[string]toolDefinition {
 			TimeoutMS:         10_000,
 			ApprovalTimeoutMS: 300_000,
 			OnFailure:         "return_to_agent",
+			Agents:            []string{AgentID, PaymentsID},
 		},
 	}
 }

@@ -532,7 +532,7 @@ func TestMultiAgentDirectInvoke(t *testing.T) {
 				}
 				last = seqOf(d)
 				text.WriteString(sv(d, "text"))
-				if event == "done" && sv(d, "output") != "echo:hello\n" {
+				if event == "done" && (sv(d, "output") != "echo:hello\n" || sv(d, "status") != "DONE" || obj(d, "total_usage") == nil) {
 					t.Fatalf("done %v", d)
 				}
 			}

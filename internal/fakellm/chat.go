@@ -8,8 +8,15 @@ import (
 type chatRequest struct {
 	Model    string `json:"model"`
 	Messages []struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
+		Role      string          `json:"role"`
+		Content   json.RawMessage `json:"content"`
+		ToolCalls []struct {
+			ID       string `json:"id"`
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		} `json:"tool_calls"`
+		ToolCallID string `json:"tool_call_id"`
 	} `json:"messages"`
 	Stream        bool `json:"stream"`
 	StreamOptions *struct {
@@ -138,31 +145,39 @@ type chatPlan struct {
 }
 
 func planChat(req *chatRequest) chatPlan {
-	var lastUser, lastTool string
-	lastRole := ""
+	var r round
+	r.userTurn("")
+	names := map[string]string{} // tool call id → function name
 	promptWords := 0
 	for _, m := range req.Messages {
 		t := contentText(m.Content)
 		promptWords += words(t)
 		switch m.Role {
 		case "user":
-			lastUser = t
+			r.userTurn(t)
+		case "assistant":
+			for _, c := range m.ToolCalls {
+				r.called[c.Function.Name] = true
+				names[c.ID] = c.Function.Name
+			}
 		case "tool":
-			lastTool = t
+			r.results = append(r.results, toolResult{name: names[m.ToolCallID], output: t})
 		}
-		lastRole = m.Role
+		r.endsWithTool = m.Role == "tool"
 	}
 	var p chatPlan
+	var t *toolSpec
 	switch {
-	case lastRole == "tool":
-		p.text = ToolReply(lastTool)
+	case r.endsWithTool:
+		t, p.text = r.afterTools(req.functions(), parseToolChoice(req.ToolChoice))
 	default:
-		if t := chooseTool(req.functions(), parseToolChoice(req.ToolChoice), lastUser); t != nil {
-			p.toolName = t.Name
-			p.toolArgs = toolArguments(t, lastUser)
-		} else {
-			p.text = Reply(lastUser)
+		if t = chooseTool(req.functions(), parseToolChoice(req.ToolChoice), r.lastUser); t == nil {
+			p.text = Reply(r.lastUser)
 		}
+	}
+	if t != nil {
+		p.toolName = t.Name
+		p.toolArgs = toolArguments(t, r.lastUser)
 	}
 	if p.toolName != "" {
 		p.usage = usageFor(promptWords, len(argPieces(p.toolArgs)))

@@ -7,7 +7,17 @@
 // # What it answers
 //
 //   - The last message is a tool result (role "tool", or a Responses
-//     "function_call_output"): text, ToolReply of that result.
+//     "function_call_output"): if the last user message has more clauses
+//     (cut at ",", ";" and the word "then") than functions were called
+//     since it, and a function the request offers that was not called since
+//     then matches that message (the rule below, by keywords only, whatever
+//     tool_choice says but "none"), a call of it — so one message can drive
+//     several calls in a row, each tool once ("weather in Paris, then send
+//     250 to Bob"), while a one-clause message ("refund order 1042") gets
+//     one call however many tools it matches. Otherwise text: with
+//     one tool result since the last user message, ToolReply of it; with
+//     several, "Tool results:" and one line per result, "- <function>:
+//     <result spelled out>".
 //   - The request offers function tools and one is chosen (below): a call of
 //     that one function — finish_reason "tool_calls", the arguments streamed
 //     in small fragments as real models do.
@@ -42,7 +52,12 @@
 //   - number or integer: the next number in the message ("1,000.50" reads
 //     as 1000.5);
 //   - string named input, query, q, message, text, prompt, question,
-//     content, request, instruction(s) or task: the whole message;
+//     content, request, instruction(s) or task: the whole message — or, when
+//     the message has several clauses (cut at ",", ";" and the word "then"),
+//     the clause whose words match the tool best (the same scores as
+//     below), without a leading "and", "also" or "then": a planner's
+//     "weather in Paris, then send 250 to Bob" sends "send 250 to Bob" to
+//     the tool about sending money;
 //   - other strings: the phrase after the parameter's own name ("to Bob" for
 //     "to", "city Paris" for "city"), else the phrase after the first unused
 //     "in", "at", "for", "near", "from", "to" or "of" ("weather in New

@@ -90,14 +90,16 @@ type respObject struct {
 // planResponses reads the input: a string, or a list of items (messages
 // with string or part-list content, and function_call_output items).
 func planResponses(req *responsesRequest) chatPlan {
-	var lastUser, lastTool, lastKind string
+	var r round
+	r.userTurn("")
+	names := map[string]string{} // call id → function name
 	promptWords := 0
 	if req.Instructions != nil {
 		promptWords += words(*req.Instructions)
 	}
 	var s string
 	if json.Unmarshal(req.Input, &s) == nil {
-		lastUser, lastKind = s, "user"
+		r.userTurn(s)
 		promptWords += words(s)
 	} else {
 		var items []struct {
@@ -105,35 +107,44 @@ func planResponses(req *responsesRequest) chatPlan {
 			Role    string          `json:"role"`
 			Content json.RawMessage `json:"content"`
 			Output  json.RawMessage `json:"output"`
+			CallID  string          `json:"call_id"`
+			Name    string          `json:"name"`
 		}
 		_ = json.Unmarshal(req.Input, &items)
 		for _, it := range items {
 			switch {
 			case it.Type == "function_call_output":
-				lastTool = contentText(it.Output)
-				lastKind = "tool"
-				promptWords += words(lastTool)
+				out := contentText(it.Output)
+				r.results = append(r.results, toolResult{name: names[it.CallID], output: out})
+				r.endsWithTool = true
+				promptWords += words(out)
+			case it.Type == "function_call":
+				r.called[it.Name] = true
+				names[it.CallID] = it.Name
+				r.endsWithTool = false
 			case it.Role != "":
 				t := contentText(it.Content)
 				promptWords += words(t)
 				if it.Role == "user" {
-					lastUser = t
+					r.userTurn(t)
 				}
-				lastKind = it.Role
+				r.endsWithTool = false
 			}
 		}
 	}
 	var p chatPlan
+	var t *toolSpec
 	switch {
-	case lastKind == "tool":
-		p.text = ToolReply(lastTool)
+	case r.endsWithTool:
+		t, p.text = r.afterTools(req.functions(), parseToolChoice(req.ToolChoice))
 	default:
-		if t := chooseTool(req.functions(), parseToolChoice(req.ToolChoice), lastUser); t != nil {
-			p.toolName = t.Name
-			p.toolArgs = toolArguments(t, lastUser)
-		} else {
-			p.text = Reply(lastUser)
+		if t = chooseTool(req.functions(), parseToolChoice(req.ToolChoice), r.lastUser); t == nil {
+			p.text = Reply(r.lastUser)
 		}
+	}
+	if t != nil {
+		p.toolName = t.Name
+		p.toolArgs = toolArguments(t, r.lastUser)
 	}
 	if p.toolName != "" {
 		p.usage = usageFor(promptWords, len(argPieces(p.toolArgs)))

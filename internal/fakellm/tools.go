@@ -274,7 +274,7 @@ func toolArguments(t *toolSpec, lastUser string) string {
 			}
 		case typ == "string" || typ == "":
 			if freeTextParams[strings.ToLower(name)] {
-				v = lastUser
+				v = clauseFor(t, lastUser)
 			} else if ph := phraseAfter(lastUser, []string{name}, usedPlaces); ph != "" {
 				v = ph
 			} else if ph := phraseAfter(lastUser, placeWords, usedPlaces); ph != "" {

@@ -188,16 +188,27 @@ func (a *API) streamChild(w http.ResponseWriter, r *http.Request, started *run.C
 				continue
 			}
 			m := map[string]any{}
+			var res *run.ChildResult
+			if eventlog.IsRunEnd(e.Type) {
+				// The end carries what the JSON form answers (status,
+				// total_usage), so a streaming caller needs no second request.
+				if cur, err := a.St.RunGet(r.Context(), child.RunID); err == nil {
+					res, _ = a.Runs.Result(r.Context(), cur)
+				}
+			}
 			if e.Type == eventlog.TypeRunCancelled {
 				// The caller learns a cancel as an error carrying its code.
-				if cur, err := a.St.RunGet(r.Context(), child.RunID); err == nil {
-					_ = json.Unmarshal(cur.Error, &m)
+				if res != nil {
+					_ = json.Unmarshal(res.Error, &m)
 				}
 			} else {
 				_ = json.Unmarshal(e.Payload, &m)
 			}
 			if e.Type == eventlog.TypeRunDone {
 				m["output"] = output
+			}
+			if res != nil {
+				m["status"], m["total_usage"] = res.Status, res.TotalUsage
 			}
 			m["type"], m["session_id"], m["seq"], m["event_id"], m["ts"], m["run_id"] = typ, e.SessionID, e.Seq, e.EventID, e.TS, e.RunID
 			if e.ParentRunID != "" {

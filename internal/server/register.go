@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/agentplane/agentplane/internal/demo"
 	agentplane "github.com/agentplane/agentplane/sdk/go"
 )
 
@@ -19,4 +20,24 @@ func registerOverHTTP(ctx context.Context, base, adminKey, agentID, endpoint str
 		return "", err
 	}
 	return res.AgentAPIKey, nil
+}
+
+// registerTeam registers the demo team's agents through the public API
+// (workers first, then the planner linked to them), rotating their keys, and
+// returns the keys by agent id.
+func registerTeam(ctx context.Context, base, adminKey string, team *demo.Team) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	keys := map[string]string{}
+	for _, m := range team.Members {
+		res, err := agentplane.Register(ctx, base, adminKey, agentplane.RegisterParams{
+			AgentID: m.AgentID, Name: m.Name, Description: m.Description, Endpoint: m.URL, Capabilities: []string{"chat", "demo"},
+			LinkedAgents: m.LinkedAgents, RotateKey: true,
+		})
+		if err != nil {
+			return nil, err
+		}
+		keys[m.AgentID] = res.AgentAPIKey
+	}
+	return keys, nil
 }

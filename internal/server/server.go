@@ -240,6 +240,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	}
 
 	var demoAgent *demo.Agent
+	var demoTeam *demo.Team
 	if cfg.Demo {
 		demoAgent, err = demo.Listen()
 		if err != nil {
@@ -271,6 +272,16 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 			}
 		}
 		demoAgent.Serve(base, key, model)
+		// The multi-agent part: a planner calling two workers (issue 9).
+		if demoTeam, err = demo.ListenTeam(); err != nil {
+			return err
+		}
+		defer demoTeam.Stop(context.Background())
+		teamKeys, err := registerTeam(ctx, base, cfg.AdminKey, demoTeam)
+		if err != nil {
+			return fmt.Errorf("register demo team: %w", err)
+		}
+		demoTeam.Serve(base, teamKeys, model)
 	}
 	prb.Start()
 	defer prb.Stop()
@@ -285,12 +296,20 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 			fmt.Fprintf(out, "admin key: %s (kept in %s, table settings, for the next start; AGENTPLANE_ADMIN_KEY overrides it)\n", cfg.AdminKey, where)
 		}
 		fmt.Fprintf(out, "demo agent %q serving at %s\n", demo.AgentID, demoAgent.URL)
+		for _, m := range demoTeam.Members {
+			links := ""
+			if len(m.LinkedAgents) > 0 {
+				links = " (calls " + strings.Join(m.LinkedAgents, ", ") + ")"
+			}
+			fmt.Fprintf(out, "demo agent %q serving at %s%s\n", m.AgentID, m.URL, links)
+		}
 		if demoCreds.userStored {
 			fmt.Fprintf(out, "demo user key: %s (kept in %s, table settings; AGENTPLANE_API_KEYS=demo:<key> overrides it)\n", demoCreds.userKey, where)
 		} else {
 			fmt.Fprintf(out, "demo user key: %s (from AGENTPLANE_API_KEYS)\n", demoCreds.userKey)
 		}
 		fmt.Fprintf(out, "open the chat: %s/#user=%s&key=%s&agent=%s\n", base, demoUser, demoCreds.userKey, demo.AgentID)
+		fmt.Fprintf(out, "or the planner: %s/#user=%s&key=%s&agent=%s\n", base, demoUser, demoCreds.userKey, demo.PlannerID)
 		fmt.Fprintf(out, "open the console: %s/console (log in with the admin key, or %s:<demo user key>)\n", base, demoUser)
 	}
 

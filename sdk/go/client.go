@@ -234,7 +234,16 @@ type RegisterParams struct {
 	// Endpoint is the agent's base URL; the platform calls {Endpoint}/invoke.
 	Endpoint     string
 	Capabilities []string
+	// LinkedAgents are the agents this one may call (Agents().Invoke or the
+	// call_<agent_id> tools).
 	LinkedAgents []string
+	// Description says what the agent does; models see it with its
+	// call_<agent_id> tool.
+	Description string
+	// SubAgentEcho is how the agent's output reaches the session's clients
+	// when it runs as a child: "aggregate" (the platform's default when
+	// ""), "passthrough" or "off".
+	SubAgentEcho string
 	// RotateKey asks for a new key when AgentID is already registered.
 	RotateKey bool
 	// HTTPClient sends the request. nil means http.DefaultClient.
@@ -256,6 +265,8 @@ type registerBody struct {
 	Endpoint     string   `json:"endpoint"`
 	Capabilities []string `json:"capabilities"`
 	LinkedAgents []string `json:"linked_agents,omitempty"`
+	Description  string   `json:"description,omitempty"`
+	SubAgentEcho string   `json:"sub_agent_echo,omitempty"`
 	RotateKey    bool     `json:"rotate_key,omitempty"`
 }
 
@@ -268,7 +279,8 @@ func Register(ctx context.Context, baseURL, adminKey string, p RegisterParams) (
 	if caps == nil {
 		caps = []string{} // the platform expects an array, not null
 	}
-	body := registerBody{AgentID: p.AgentID, Name: p.Name, Endpoint: p.Endpoint, Capabilities: caps, LinkedAgents: p.LinkedAgents, RotateKey: p.RotateKey}
+	body := registerBody{AgentID: p.AgentID, Name: p.Name, Endpoint: p.Endpoint, Capabilities: caps, LinkedAgents: p.LinkedAgents,
+		Description: p.Description, SubAgentEcho: p.SubAgentEcho, RotateKey: p.RotateKey}
 	var out RegisterResult
 	if err := admin.do(ctx, http.MethodPost, "/v1/agents/register", nil, body, &out); err != nil {
 		return nil, err

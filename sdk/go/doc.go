@@ -35,4 +35,17 @@
 //	if errors.As(err, &te) && te.Code == "rejected" {
 //		return s.Delta("the request was rejected")
 //	}
+//
+// An agent calls another agent (one of its linked_agents) as a child run and
+// follows it; a child that failed gives a *SubAgentError with its code:
+//
+//	call, err := req.Client().Agents().Invoke(ctx, "weather", "What's the weather in Paris?")
+//	if err != nil {
+//		return err
+//	}
+//	defer call.Close()
+//	for ev, err := call.Next(); err == nil; ev, err = call.Next() {
+//		s.Delta(ev.Text) // the child's deltas, as they come
+//	}
+//	res, err := call.Result() // {RunID, Status, Output, Usage, TotalUsage, Error}
 package agentplane

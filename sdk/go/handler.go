@@ -17,8 +17,9 @@ import (
 // HandlerFunc runs one invocation of the agent. It streams output through s
 // and returns nil to end the run with `event: done`, an *Error (possibly
 // wrapped) to end it with that code, a *ToolError (an unhandled tool call
-// failure) to end it with the tool call's code, or any other error to end it
-// with CodeAgentException. A panic is recovered and reported like an error.
+// failure) to end it with the tool call's code, a *SubAgentError (an
+// unhandled child run failure) to end it with the child's code, or any other
+// error to end it with CodeAgentException. A panic is recovered and reported like an error.
 //
 // ctx is cancelled when the platform closes the request (the run was
 // cancelled) or the server shuts down; the handler should then return
@@ -189,6 +190,11 @@ func (a *AgentHandler) finish(s *sseStream, herr error, log *slog.Logger) {
 		// under on_failure: fail_run.
 		data = errorData{Code: te.Code, Message: te.Error()}
 		log.Debug("run ended with a tool call failure", "code", te.Code, "tool_call_id", te.ToolCallID)
+	} else if se := (*SubAgentError)(nil); errors.As(herr, &se) {
+		// A child run's failure (or a refused agent call) the handler did
+		// not handle: the run ends with the child's code.
+		data = errorData{Code: se.Code, Message: se.Error()}
+		log.Debug("run ended with a sub-agent failure", "code", se.Code, "child_run_id", se.RunID)
 	} else {
 		log.Error("agent handler failed", "err", herr)
 	}

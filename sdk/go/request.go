@@ -17,6 +17,8 @@ type Request struct {
 	RunID     string
 	// ParentRunID is set when another agent invoked this one; "" for a root run.
 	ParentRunID string
+	// Depth is 0 for a root run and the caller's depth plus one for a child.
+	Depth int
 	// UserID is context.user_id: the end user the run is for.
 	UserID string
 	// Traceparent is the W3C trace context header, "" if absent.
@@ -39,6 +41,7 @@ type invokeBody struct {
 	SessionID    string         `json:"session_id"`
 	RunID        string         `json:"run_id"`
 	ParentRunID  string         `json:"parent_run_id"`
+	Depth        int            `json:"depth"`
 	InputMessage Message        `json:"input_message"`
 	Messages     []Message      `json:"messages"`
 	Context      map[string]any `json:"context"`
@@ -50,6 +53,7 @@ func newRequest(b *invokeBody, h http.Header, platform *Client) *Request {
 		SessionID:    b.SessionID,
 		RunID:        b.RunID,
 		ParentRunID:  b.ParentRunID,
+		Depth:        b.Depth,
 		InputMessage: b.InputMessage,
 		Messages:     b.Messages,
 		Context:      b.Context,

@@ -112,6 +112,7 @@
   }
 
   function createItemEl(item) {
+    if (item.kind === 'subagent') return buildSubAgentCard(item);
     var li = document.createElement('div');
     li.className = 'msg ' + item.role;
     li.setAttribute('data-testid', 'message');
@@ -259,6 +260,75 @@
     li.querySelector('.reason').disabled = !open;
   }
 
+  // A sub-agent card (issue 9): another agent the session's agent called — which agent, with
+  // what input, its output streaming in, what it asked of the user (its approvals and client
+  // tools are nested inside), its answer or error and how long it took. Collapsible; nested by
+  // caller for deeper chains.
+  function buildSubAgentCard(item) {
+    var li = div('msg notice card subagent');
+    li.setAttribute('data-testid', 'subagent-card');
+    li.dataset.id = String(item.id);
+    li.dataset.kind = 'subagent';
+    li.dataset.runId = item.runId;
+    var d = document.createElement('details');
+    d.className = 'sub';
+    d.open = true;
+    var summary = document.createElement('summary');
+    var agent = document.createElement('span');
+    agent.className = 'sub-agent';
+    agent.setAttribute('data-testid', 'subagent-agent');
+    summary.appendChild(agent);
+    var input = document.createElement('span');
+    input.className = 'sub-input';
+    input.setAttribute('data-testid', 'subagent-input');
+    summary.appendChild(input);
+    d.appendChild(summary);
+    var text = div('text sub-text');
+    text.setAttribute('data-testid', 'subagent-text');
+    d.appendChild(text);
+    // The child's own cards (approvals, client tools, its sub-agents) go here.
+    d.appendChild(div('sub-children'));
+    li.appendChild(d);
+    var status = div('status');
+    status.setAttribute('data-testid', 'subagent-status');
+    li.appendChild(status);
+    return li;
+  }
+
+  function updateSubAgentCard(li, item) {
+    var b = item.sub;
+    // data-status, not data-state: the cards' state rules would colour the nested cards too.
+    li.dataset.status = item.status || '';
+    var own = li.querySelector(':scope > details');
+    var agent = own.querySelector(':scope > summary > .sub-agent');
+    agent.textContent = (b.agentId || 'sub-agent') + (b.depth > 1 ? ' · depth ' + b.depth : '');
+    own.querySelector(':scope > summary > .sub-input').textContent = b.input ? '“' + b.input + '”' : '';
+    var text = own.querySelector(':scope > .sub-text');
+    text.textContent = item.text;
+    text.dataset.final = b.output != null ? 'true' : 'false';
+    var status = li.querySelector(':scope > .status');
+    status.textContent = item.statusText || '';
+    status.title = item.error ? item.error.code : '';
+    li.setAttribute('aria-busy', item.status === 'running' ? 'true' : 'false');
+  }
+
+  // placeItem puts a new item's element where it belongs: inside the sub-agent card of its run
+  // (item.containerId), above its run's reply, or where chat.js says (before).
+  function placeItem(li, item, before) {
+    var host = item.containerId != null ? itemEls.get(item.containerId) : null;
+    if (host) {
+      host.querySelector(':scope > details > .sub-children').appendChild(li);
+      return;
+    }
+    // A run's tool, approval and sub-agent cards go above its reply: the reply usually comes
+    // from what they returned, so it reads in the order things happened. An item chat.js
+    // inserts (a user's message replayed after its run's first card) goes where it says.
+    var next = before ? itemEls.get(before.id) || null : null;
+    var owner = item.kind === 'subagent' ? item.parentRunId : item.runId;
+    if (!next && item.kind && owner) next = el.messages.querySelector(':scope > .msg.assistant[data-run-id="' + CSS.escape(owner) + '"]');
+    el.messages.insertBefore(li, next);
+  }
+
   // --- deadlines shown as a countdown, ticked once a second ---
 
   function setCountdown(li, ms, label) {
@@ -288,6 +358,10 @@
   }
 
   function updateItemEl(li, item) {
+    if (item.kind === 'subagent') {
+      updateSubAgentCard(li, item);
+      return;
+    }
     li.dataset.status = item.status || '';
     if (item.runId) li.dataset.runId = item.runId;
     li.querySelector('.text').textContent = item.text;
@@ -316,12 +390,7 @@
       var li = createItemEl(item);
       itemEls.set(item.id, li);
       updateItemEl(li, item);
-      // A run's tool and approval cards go above its reply: the reply usually comes from what
-      // the tool returned, so it reads in the order things happened. An item chat.js inserts
-      // (a user's message replayed after its run's first card) goes where it says.
-      var next = before ? itemEls.get(before.id) || null : null;
-      if (!next && item.kind && item.runId) next = el.messages.querySelector('.msg.assistant[data-run-id="' + CSS.escape(item.runId) + '"]');
-      el.messages.insertBefore(li, next);
+      placeItem(li, item, before);
       el.empty.hidden = true;
       if (stick) scrollToBottom();
     },
@@ -383,9 +452,19 @@
     return (window.location.protocol === 'https:' ? 'wss://' : 'ws://') + window.location.host + '/v1/ws';
   }
 
+  // showSuggestions offers the example prompts meant for agent (data-for), or the demo agent's
+  // when there are none for it.
+  function showSuggestions(agent) {
+    var all = el.suggestions.querySelectorAll('[data-for]');
+    var group = 'demo';
+    all.forEach(function (e) { if (e.dataset.for === agent) group = agent; });
+    all.forEach(function (e) { e.hidden = e.dataset.for !== group; });
+  }
+
   function startChat(s, sessionId) {
     if (chat) chat.stop();
     settings = s;
+    showSuggestions(s.agent);
     clearMessages();
     wasBusy = false;
     el.agentLabel.textContent = s.agent;

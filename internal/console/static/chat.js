@@ -17,7 +17,11 @@
   var LOG_EVENTS = {
     run_started: true, delta: true, state: true, done: true, error: true,
     tool_request: true, approval_required: true,
+    sub_agent_call_start: true, sub_agent_partial: true, sub_agent_complete: true, sub_agent_error: true,
   };
+
+  // A child run's error codes that mean it was stopped rather than failed (DESIGN.md §11).
+  var SUB_CANCEL_CODES = { cancelled: true, canceled: true, parent_ended: true };
 
   // Run states (DESIGN.md §8) a `state` event may announce as final. Matched case-sensitively:
   // agents stream free-form states of their own ("thinking", maybe "done") that end nothing.
@@ -165,7 +169,8 @@
   //   view       callbacks, each optional:
   //                connection(state, info)  state: connecting|connected|reconnecting|unauthorized|stopped
   //                added(item, before) / updated(item) / cleared()   items: see addItem;
-  //                  before, when set, is the item the new one goes in front of (insertItem)
+  //                  before, when set, is the item the new one goes in front of (insertItem);
+  //                  item.containerId, when set, is the sub-agent card the item belongs inside
   //                controls({canSend, canCancel, canNewSession, busy, runPhase, runStatus})
   //                  runPhase: running|waiting_approval|waiting_tool|'' for the active run
   //                session(sessionId)        the session changed (persist it)
@@ -202,6 +207,7 @@
     this.requests = new Map(); // request_id → what a seq-less error reply would refer to
     this.toolCards = new Map(); // tool_call_id → its card (tool requests are re-sent, so dedupe)
     this.approvalCards = new Map(); // approval_id → its card
+    this.subCards = new Map(); // child run_id → its sub-agent card (sub_agent_call_start)
     this.deferred = new Map(); // re-sent requests of runs the replay has not reached, by id
     this.deferTimer = null;
     this.lastLogEventAt = 0;  // when the last event with seq arrived (for the re-send grace)
@@ -500,6 +506,10 @@
       case 'error': this.onRunError(msg); break;
       case 'tool_request': this.onToolRequest(msg); break;
       case 'approval_required': this.onApprovalRequired(msg); break;
+      case 'sub_agent_call_start': this.onSubAgentStart(msg); break;
+      case 'sub_agent_partial': this.onSubAgentPartial(msg); break;
+      case 'sub_agent_complete': this.onSubAgentEnd(msg, 'done'); break;
+      case 'sub_agent_error': this.onSubAgentEnd(msg, SUB_CANCEL_CODES[msg.code] ? 'cancelled' : 'failed'); break;
       default: this.log.info('agentplane: ignoring event of unknown type', msg.type, msg);
     }
   };
@@ -639,6 +649,16 @@
   // the same), except that a failure's code and message may fill in a bare "failed".
   Chat.prototype.finishRun = function (run, status, statusText, error) {
     var prev = run.assistant;
+    if (prev.kind === 'subagent') {
+      // A child's own end state (a platform CANCELLED state of the child): the card settles
+      // now; sub_agent_error follows with the code and the duration.
+      if (prev.status !== 'running') return;
+      run.cancelling = false;
+      run.phase = '';
+      this.closeNotices(run, 'all');
+      this.setSub(prev, status, error ? { error: error } : null);
+      return;
+    }
     if (prev.status !== 'running' && !(status === 'failed' && prev.status === 'failed' && error && !prev.error)) return;
     run.cancelling = false;
     run.phase = '';
@@ -648,6 +668,101 @@
     this.setItem(run.assistant, patch);
     if (this.activeRunId === run.runId) this.activeRunId = null;
   };
+
+  // --- sub-agents (DESIGN.md §11): another agent called by the session's agent ---
+
+  // containerOf is the id of the sub-agent card an item of run runId goes inside, or null for
+  // an item of a root run (or of a child whose start this page never saw).
+  Chat.prototype.containerOf = function (runId) {
+    var card = this.subCards.get(runId || '');
+    return card ? card.id : null;
+  };
+
+  // onSubAgentStart opens a card for a child run: which agent, with what input. The child's
+  // own events (its states, tool requests and approvals) land on and in that card; it is nested
+  // in its caller's card when the caller is a child too.
+  Chat.prototype.onSubAgentStart = function (msg) {
+    var id = msg.run_id;
+    if (typeof id !== 'string' || id === '' || this.subCards.has(id)) return;
+    var parentId = msg.parent_run_id || null;
+    var parent = parentId ? this.runs.get(parentId) || null : null;
+    var b = {
+      runId: id, parentRunId: parentId, agentId: msg.agent_id || '', input: contentText(msg.input_summary),
+      depth: typeof msg.depth === 'number' ? msg.depth : null, toolCallId: msg.tool_call_id || '',
+      startedMs: timeMs(msg.ts), partial: '', output: null, usage: null, error: null, durationMs: null,
+    };
+    var card = this.addItem({
+      role: 'notice', kind: 'subagent', runId: id, parentRunId: parentId, agentId: b.agentId, sub: b,
+      text: '', status: 'running', statusText: 'running…', containerId: this.containerOf(parentId),
+    });
+    this.subCards.set(id, card);
+    var run = this.runs.get(id);
+    if (!run) {
+      run = { runId: id, parentRunId: parentId, cancelling: false, notices: [], phase: 'running', phaseText: 'running…', assistant: card };
+      this.runs.set(id, run);
+    }
+    if (parent) parent.notices.push(card);
+  };
+
+  // subCard is the card of a child run, made up from what msg says if its start was missed.
+  Chat.prototype.subCard = function (msg) {
+    var card = this.subCards.get(msg.run_id || '');
+    if (!card && msg.run_id) {
+      this.onSubAgentStart({ run_id: msg.run_id, parent_run_id: msg.parent_run_id, agent_id: msg.agent_id, ts: msg.ts });
+      card = this.subCards.get(msg.run_id);
+    }
+    return card || null;
+  };
+
+  Chat.prototype.onSubAgentPartial = function (msg) {
+    var card = this.subCard(msg);
+    if (!card || typeof msg.text !== 'string' || msg.text === '') return;
+    var b = Object.assign({}, card.sub, { partial: card.sub.partial + msg.text });
+    this.setItem(card, { sub: b, text: b.output != null ? b.output : b.partial });
+  };
+
+  // onSubAgentEnd settles a child's card: its whole answer, or its error, and how long it took.
+  Chat.prototype.onSubAgentEnd = function (msg, status) {
+    var card = this.subCard(msg);
+    if (!card) return;
+    var patch = { durationMs: typeof msg.duration_ms === 'number' ? msg.duration_ms : null };
+    if (status === 'done') {
+      patch.output = typeof msg.output === 'string' ? msg.output : card.sub.partial;
+      patch.usage = msg.usage || null;
+    } else {
+      patch.error = { code: msg.code || 'error', message: msg.message || '' };
+    }
+    var run = this.runs.get(card.runId);
+    if (run && run.assistant === card) {
+      run.cancelling = false;
+      run.phase = '';
+      this.closeNotices(run, 'all');
+    }
+    this.setSub(card, status, patch);
+  };
+
+  // setSub puts a sub-agent card in status (running|done|failed|cancelled|closed) with patch
+  // applied to its details; the status line says how it ended and in how long.
+  Chat.prototype.setSub = function (card, status, patch) {
+    var b = Object.assign({}, card.sub, patch || {});
+    var text = b.output != null ? b.output : b.partial;
+    var st = status;
+    var line;
+    if (status === 'done') line = ['done', usageText(b.usage)].filter(Boolean).join(' · ');
+    else if (status === 'failed') line = 'failed — ' + errorText(b.error || {});
+    else if (status === 'cancelled') line = b.error && b.error.code === 'parent_ended' ? 'stopped — its caller ended' : 'cancelled';
+    else line = 'the run ended';
+    if (b.durationMs != null) line += ' · ' + durationText(b.durationMs);
+    var fields = { sub: b, text: text, status: st, statusText: line };
+    if (b.error) fields.error = b.error;
+    this.setItem(card, fields);
+  };
+
+  function durationText(ms) {
+    if (ms < 1000) return ms + ' ms';
+    if (ms < 60000) return (Math.round(ms / 100) / 10) + ' s';
+    return Math.floor(ms / 60000) + ' min ' + Math.round((ms % 60000) / 1000) + ' s';
+  }
 
   // --- client tools (tool_request → tool_result) ---
 
@@ -679,7 +794,7 @@
     else t.state = t.supported ? 'running' : 'waiting';
     card = this.addItem({
       role: 'notice', kind: 'tool', runId: run.runId, tool: t, statusText: toolStatusText(t),
-      text: 'The agent asks this browser to run “' + (name || '?') + '”',
+      text: 'The agent asks this browser to run “' + (name || '?') + '”', containerId: this.containerOf(run.runId),
     });
     this.toolCards.set(id, card);
     run.notices.push(card);
@@ -817,7 +932,10 @@
     else if (this.passed(a.expiresMs)) a.state = 'expired';
     else a.state = 'pending';
     a.open = a.state === 'pending';
-    card = this.addItem({ role: 'notice', kind: 'approval', runId: run.runId, text: text, approval: a, statusText: approvalStatusText(a) });
+    card = this.addItem({
+      role: 'notice', kind: 'approval', runId: run.runId, text: text, approval: a, statusText: approvalStatusText(a),
+      containerId: this.containerOf(run.runId),
+    });
     this.approvalCards.set(id, card);
     run.notices.push(card);
     if (a.state === 'pending') this.armApproval(card);
@@ -907,6 +1025,10 @@
         self.setApproval(n, { state: state });
       } else if (n.tool && which === 'all' && !TOOL_FINAL[n.tool.state]) {
         self.setTool(n, { state: 'closed' });
+      } else if (n.sub && which === 'all' && n.status === 'running') {
+        // The caller ended without a word of this child's end (the platform always sends one
+        // first; a foreign server might not).
+        self.setSub(n, 'closed', null);
       }
     });
   };
@@ -1006,6 +1128,7 @@
     this.unconfirmed.clear();
     this.toolCards.clear();
     this.approvalCards.clear();
+    this.subCards.clear();
     this.deferred.clear();
     this.activeRunId = null;
     this.emit('cleared');
@@ -1053,14 +1176,36 @@
   Chat.prototype.emitControls = function () {
     var run = this.activeRunId ? this.runs.get(this.activeRunId) : null;
     var live = run && run.assistant.status === 'running';
+    var phase = live ? run.phase : '';
+    var phaseText = live ? run.phaseText : '';
+    if (live && phase === 'running') {
+      // The run itself is running while it waits on a sub-agent; what that child waits for
+      // (the user's approval, this browser) is what the header should say.
+      var waiting = this.waitingChild();
+      if (waiting) {
+        phase = waiting.phase;
+        phaseText = waiting.phaseText;
+      }
+    }
     this.emit('controls', {
       canSend: this.canSend(),
       canCancel: !!run && !run.cancelling && this.ready,
       canNewSession: this.pending == null && (this.sessionId != null || this.items.length > 0),
       busy: this.pending != null || this.activeRunId != null,
-      runPhase: live ? run.phase : '',
-      runStatus: live ? (run.cancelling ? 'cancelling…' : run.phaseText) : '',
+      runPhase: phase,
+      runStatus: live ? (run.cancelling ? 'cancelling…' : phaseText) : '',
     });
+  };
+
+  // waitingChild is a live sub-agent run paused for the user or this browser, if any.
+  Chat.prototype.waitingChild = function () {
+    var found = null;
+    this.subCards.forEach(function (card) {
+      if (found || card.status !== 'running') return;
+      var r = this.runs.get(card.runId);
+      if (r && r.phase && r.phase !== 'running') found = r;
+    }, this);
+    return found;
   };
 
   Chat.prototype.emit = function (name) {
@@ -1097,12 +1242,20 @@
         var a = it.approval;
         return { approvalId: a.approvalId, toolName: a.toolName, runId: a.runId, state: a.state, decision: a.decision, detail: it.statusText };
       }),
+      subAgents: this.items.filter(function (it) { return it.kind === 'subagent'; }).map(function (it) {
+        var b = it.sub;
+        return {
+          runId: b.runId, parentRunId: b.parentRunId, agentId: b.agentId, input: b.input, depth: b.depth,
+          state: it.status, text: it.text, partial: b.partial, output: b.output, error: b.error, durationMs: b.durationMs,
+          detail: it.statusText,
+        };
+      }),
     };
   };
 
   var api = {
     Chat: Chat, backoffDelay: backoffDelay, contentText: contentText, humanState: humanState,
-    clientNow: clientNow, timeMs: timeMs,
+    clientNow: clientNow, timeMs: timeMs, durationText: durationText,
   };
   root.AgentplaneChatCore = api;
   if (typeof module === 'object' && module && module.exports) module.exports = api;

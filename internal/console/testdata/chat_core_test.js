@@ -450,6 +450,105 @@ const tests = {
     assert.equal(h.chat.snapshot().activeRunId, 'run1');
   },
 
+  // Issue 9: each sub-agent call is a card — agent, input, streaming partials, the child's own
+  // approval inside it, its answer and how long it took.
+  'sub-agent cards: partials, a nested approval, the answer and its duration'() {
+    const h = harness();
+    const s = h.connect();
+    h.chat.send('Plan my trip: weather in Paris, then send 250 to Bob');
+    s.push(ev(1, 'run_started', { request_id: s.last().request_id, agent_id: 'planner', message: { role: 'user', content: 'Plan my trip' } }));
+    const child = (seq, type, run, fields) => ev(seq, type, Object.assign({ run_id: run, parent_run_id: 'run1' }, fields));
+    s.push(child(2, 'sub_agent_call_start', 'w1', { agent_id: 'weather', input_summary: 'weather in Paris', depth: 1, tool_call_id: 'tc0' }));
+    s.push(child(3, 'state', 'w1', { state: 'thinking', source: 'agent', detail: {} }));
+    s.push(child(4, 'sub_agent_partial', 'w1', { text: 'Sunny ' }));
+    s.push(child(5, 'sub_agent_partial', 'w1', { text: 'in Paris' }));
+    const w = h.cards('subagent')[0];
+    assert.equal(w.containerId, null, 'a child of the root is a top-level card');
+    assert.deepEqual([w.agentId, w.sub.input, w.text, w.status, w.statusText], ['weather', 'weather in Paris', 'Sunny in Paris', 'running', 'thinking']);
+    s.push(child(6, 'sub_agent_complete', 'w1', { agent_id: 'weather', output: 'Sunny in Paris.', usage: { total_tokens: 9 }, duration_ms: 1234 }));
+    assert.deepEqual([w.text, w.status, w.statusText], ['Sunny in Paris.', 'done', 'done · 9 tokens · 1.2 s']);
+
+    s.push(child(7, 'sub_agent_call_start', 'p1', { agent_id: 'payments', input_summary: 'send 250 to Bob', depth: 1 }));
+    s.push(child(8, 'approval_required', 'p1', { approval_id: 'ap1', tool_call_id: 'tc1', tool_name: 'demo.transfer', args_summary: '{"amount":250}', expires_at: h.clock.t + 60000 }));
+    s.push(child(9, 'state', 'p1', { state: 'PAUSED_WAITING_APPROVAL', source: 'platform', detail: { tool_call_id: 'tc1', approval_id: 'ap1', outcome: 'WAITING_APPROVAL' } }));
+    const p = h.cards('subagent')[1];
+    const ap = h.card('ap1');
+    assert.equal(ap.containerId, p.id, 'the child\'s approval goes inside its card');
+    assert.equal(ap.runId, 'p1');
+    assert.equal(p.statusText, 'waiting for your approval');
+    assert.equal(h.events.controls.runStatus, 'waiting for your approval', 'the header says what the child waits for');
+    assert.equal(h.events.controls.runPhase, 'waiting_approval');
+    assert.equal(h.chat.decideApproval(ap, 'approve', 'ok'), true);
+    const d = s.last();
+    assert.deepEqual([d.type, d.run_id, d.approval_id, d.decision], ['approval_decision', 'p1', 'ap1', 'approve']);
+    s.push(child(10, 'state', 'p1', { state: 'RUNNING', source: 'platform', detail: { tool_call_id: 'tc1', approval_id: 'ap1', outcome: 'DISPATCHED' } }));
+    assert.equal(ap.approval.state, 'approved');
+    assert.equal(h.events.controls.runStatus, 'running…');
+    s.push(child(11, 'sub_agent_partial', 'p1', { text: 'sent' }));
+    s.push(child(12, 'sub_agent_complete', 'p1', { output: 'sent', usage: {}, duration_ms: 65000 }));
+    assert.equal(p.statusText, 'done · 1 min 5 s');
+    s.push(ev(13, 'delta', { text: 'Both done.' }));
+    s.push(ev(14, 'done', {}));
+    assert.deepEqual(h.msgs(), [['user', 'Plan my trip: weather in Paris, then send 250 to Bob', 'sent'], ['assistant', 'Both done.', 'done']],
+      'cards are not messages');
+    assert.deepEqual(h.chat.snapshot().subAgents.map((b) => [b.runId, b.parentRunId, b.agentId, b.state, b.output, b.durationMs]),
+      [['w1', 'run1', 'weather', 'done', 'Sunny in Paris.', 1234], ['p1', 'run1', 'payments', 'done', 'sent', 65000]]);
+    assert.equal(h.chat.snapshot().activeRunId, null, 'children never hold the session');
+  },
+
+  'nested sub-agents: a grandchild and its client tool go inside their caller\'s card; errors end the cards'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    s.push(ev(1, 'run_started', { message: { role: 'user', content: 'go' } }));
+    s.push(ev(2, 'sub_agent_call_start', { run_id: 'b', parent_run_id: 'run1', agent_id: 'b', input_summary: 'x' }));
+    s.push(ev(3, 'sub_agent_call_start', { run_id: 'c', parent_run_id: 'b', agent_id: 'c', input_summary: 'y', depth: 2 }));
+    s.push(ev(4, 'tool_request', { run_id: 'c', parent_run_id: 'b', tool_call_id: 'tc1', tool_name: 'client.now', args: {}, deadline_ts: h.clock.t + 15000 }));
+    const [b, c] = h.cards('subagent');
+    assert.equal(c.containerId, b.id);
+    assert.equal(h.card('tc1').containerId, c.id);
+    assert.equal(s.ofType('tool_result').length, 1, 'the page runs a child\'s client tool like a root\'s');
+    assert.equal(s.last().run_id, 'c');
+    s.push(ev(5, 'sub_agent_error', { run_id: 'c', parent_run_id: 'b', agent_id: 'c', code: 'boom', message: 'told to fail', duration_ms: 20 }));
+    assert.deepEqual([c.status, c.statusText, c.error.code], ['failed', 'failed — boom: told to fail · 20 ms', 'boom']);
+    s.push(ev(6, 'sub_agent_error', { run_id: 'b', parent_run_id: 'run1', agent_id: 'b', code: 'parent_ended', message: '', duration_ms: 30 }));
+    assert.deepEqual([b.status, b.statusText], ['cancelled', 'stopped — its caller ended · 30 ms']);
+    // A platform CANCELLED state of a child settles its card; the error then adds the duration.
+    s.push(ev(7, 'sub_agent_call_start', { run_id: 'd', parent_run_id: 'run1', agent_id: 'd' }));
+    s.push(ev(8, 'state', { run_id: 'd', parent_run_id: 'run1', state: 'CANCELLED', source: 'platform', detail: { reason: 'x' } }));
+    const dcard = h.cards('subagent')[2];
+    assert.equal(dcard.status, 'cancelled');
+    s.push(ev(9, 'sub_agent_error', { run_id: 'd', parent_run_id: 'run1', code: 'cancelled', duration_ms: 5 }));
+    assert.equal(dcard.statusText, 'cancelled · 5 ms');
+    assert.equal(h.chat.snapshot().activeRunId, 'run1');
+  },
+
+  'reload rebuilds sub-agent cards from the log; a pending approval of a child is re-sent once'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    const req = { approval_id: 'ap1', tool_call_id: 'tc1', tool_name: 'demo.transfer', args_summary: '{}', expires_at: h.clock.t + 300000 };
+    // The re-send may come before the replay reaches the child: it waits for it.
+    s.push(Object.assign({ type: 'approval_required', session_id: 's1', run_id: 'p1', parent_run_id: 'run1' }, req));
+    assert.equal(h.cards('approval').length, 0);
+    s.push(ev(1, 'run_started', { agent_id: 'planner', message: { role: 'user', content: 'plan' } }));
+    s.push(ev(2, 'sub_agent_call_start', { run_id: 'p1', parent_run_id: 'run1', agent_id: 'payments', input_summary: 'send 250' }));
+    s.push(ev(3, 'sub_agent_partial', { run_id: 'p1', parent_run_id: 'run1', text: 'waiting…' }));
+    s.push(ev(4, 'approval_required', Object.assign({ run_id: 'p1', parent_run_id: 'run1' }, req)));
+    h.advance(5000);
+    assert.equal(h.cards('approval').length, 1);
+    const p = h.cards('subagent')[0];
+    assert.equal(h.card('ap1').containerId, p.id);
+    assert.equal(h.card('ap1').approval.state, 'pending');
+    assert.equal(p.text, 'waiting…');
+    // Another subscribe (a reconnect) re-sends it again: the same card.
+    s.drop();
+    h.advance(500); // the reconnect backoff
+    const s2 = h.connect();
+    assert.deepEqual(s2.ofType('subscribe').map((m) => m.after_seq), [4]);
+    s2.push(Object.assign({ type: 'approval_required', session_id: 's1', run_id: 'p1', parent_run_id: 'run1' }, req));
+    assert.equal(h.cards('approval').length, 1);
+    assert.deepEqual(h.chat.items.map((i) => i.role + (i.kind ? ':' + i.kind : '')), ['user', 'assistant', 'notice:subagent', 'notice:approval']);
+  },
+
   'client.now: local wall-clock time with offset, zone and locale'() {
     const t = 1700000000000; // 2023-11-14T22:13:20Z
     assert.deepEqual(clientNow(t, { timeZone: 'Europe/Paris', locale: 'fr-FR', offsetMinutes: 60 }), {

@@ -7,13 +7,17 @@ plan in its input message, a JSON object ``{"steps": [...], "report": URL}``
 delta, ending with a newline:
 
 - ``{"say": text}``: ``text``;
-- ``{"call": agent_id, "form": "tool"|"json"|"sse", "message": str or plan,
-  "key": idempotency key}``: asks another agent — the tool form through
+- ``{"call": agent_id, "form": "tool"|"json"|"sse"|"sdk", "message": str or
+  plan, "key": idempotency key}``: asks another agent — the tool form through
   ``req.client.tools.invoke("call_<agent_id>", {"message": ...})``, the direct
-  form by POST /v1/agents/{agent_id}:invoke (JSON, or SSE when ``sse``) with
-  urllib, since the SDK has no agents.invoke yet — and streams the child's
-  output, ``error:<code>`` when it failed, ``api_error:<code>`` when the
-  platform refused;
+  form by POST /v1/agents/{agent_id}:invoke with urllib (JSON, or SSE when
+  ``sse``: the HTTP surface itself) or with the SDK's
+  ``req.agents.invoke`` (``sdk``) — and streams the child's output,
+  ``error:<code>`` when it failed (``sdk``: ``error:<code>:<status>``),
+  ``api_error:<code>`` when the platform refused. With ``sdk`` the agent
+  reports ``sdk_call`` with the events it iterated, the call's ``result()``
+  and how often it attached; ``"raise": true`` lets a child's
+  SubAgentError escape the handler;
 - ``{"tool": name, "args": {...}}``: a tool call, its result as JSON (sorted
   keys) or ``error:<code>``;
 - ``{"llm": prompt}``: one chat completion through the LLM proxy, ``llm:ok``;
@@ -54,10 +58,10 @@ def _post(url: str, body: dict, headers: dict, timeout: float = 300) -> tuple:
     return resp.status, None, resp
 
 
-def _report(url: str, req: agentplane.Request, event: str) -> None:
+def _report(url: str, req: agentplane.Request, event: str, extra: dict = None) -> None:
     if not url:
         return
-    body = {"agent": AGENT_ID, "run_id": req.run_id, "parent_run_id": req.parent_run_id, "depth": req.body.get("depth"), "event": event}
+    body = {"agent": AGENT_ID, "run_id": req.run_id, "parent_run_id": req.parent_run_id, "depth": req.depth, "event": event, **(extra or {})}
     try:
         _post(url, body, {}, timeout=30)[2].read()
     except Exception as e:  # the test may have stopped listening
@@ -71,12 +75,15 @@ def _api_error(raw: bytes) -> str:
         return "unknown"
 
 
-def _call(req: agentplane.Request, step: dict):
+def _call(req: agentplane.Request, step: dict, report: str):
     target = step["call"]
     message = step.get("message", "")
     if not isinstance(message, str):
         message = json.dumps(message)
     form = step.get("form", "tool")
+    if form == "sdk":
+        yield from _call_sdk(req, step, target, message, report)
+        return
     if form == "tool":
         try:
             result = req.client.tools.invoke("call_" + target, {"message": message}, idempotency_key=step.get("key"))
@@ -124,6 +131,24 @@ def _call(req: agentplane.Request, step: dict):
     yield "error:stream_ended\n"
 
 
+def _call_sdk(req: agentplane.Request, step: dict, target: str, message: str, report: str):
+    try:
+        call = req.agents.invoke(target, message, idempotency_key=step.get("key"))
+    except agentplane.SubAgentError as e:
+        yield "api_error:" + e.code + "\n"
+        return
+    seen = [{"type": ev.type, "seq": ev.seq, "run_id": ev.run_id, "parent_run_id": ev.parent_run_id} for ev in call]
+    try:
+        line = call.text()
+        res = call.result()
+    except agentplane.SubAgentError as e:
+        if step.get("raise"):
+            raise
+        line, res = "error:" + e.code + ":" + e.run_status + "\n", e.result
+    _report(report, req, "sdk_call", {"events": seen, "result": res, "child": call.run_id, "attaches": call.attaches})
+    yield line if line.endswith("\n") else line + "\n"
+
+
 def _llm(req: agentplane.Request, prompt: str) -> str:
     client = req.client
     headers = {"Authorization": "Bearer " + client.agent_api_key, **client.headers()}
@@ -166,7 +191,7 @@ def handle(req: agentplane.Request):
             if "say" in step:
                 yield step["say"] + "\n"
             elif "call" in step:
-                yield from _call(req, step)
+                yield from _call(req, step, report)
             elif "tool" in step:
                 try:
                     result = req.client.tools.invoke(step["tool"], step.get("args") or {})

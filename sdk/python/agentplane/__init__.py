@@ -14,7 +14,10 @@ Inside a handler, ``req.client`` is a :class:`Client` bound to the run
 (transcript, context store, heartbeats) and ``OpenAI(**req.openai_kwargs())``
 sends LLM calls through the platform's proxy. ``req.client.tools.invoke(name,
 args)`` calls a tool, waiting through approvals and client tools, and raises
-:class:`ToolError` for every failure of the call.
+:class:`ToolError` for every failure of the call. ``req.agents.invoke(agent_id,
+message)`` runs another agent as a child run and streams its events
+(:class:`AgentCall`: iterate it, or ``.text()`` / ``.result()``); a child that
+failed raises :class:`SubAgentError`.
 
 Both need the platform's URL and this agent's key, which registration
 returns (``agentplane.register(...)["agent_api_key"]``, shown once): set
@@ -23,6 +26,7 @@ returns (``agentplane.register(...)["agent_api_key"]``, shown once): set
 :class:`NotConfiguredError` naming what is missing.
 """
 
+from .agents import AgentCall, AgentEvent, Agents, SubAgentError
 from .client import ENV_AGENT_KEY, ENV_URL, Client, register
 from .errors import AgentError, APIError, NotConfiguredError
 from .server import CODE_AGENT_EXCEPTION, AgentServer, Request, State, serve
@@ -31,7 +35,10 @@ from .tools import ToolError, Tools, tool_name_from_function
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgentCall",
     "AgentError",
+    "AgentEvent",
+    "Agents",
     "AgentServer",
     "APIError",
     "CODE_AGENT_EXCEPTION",
@@ -41,6 +48,7 @@ __all__ = [
     "NotConfiguredError",
     "Request",
     "State",
+    "SubAgentError",
     "ToolError",
     "Tools",
     "register",

@@ -9,6 +9,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
+from .agents import Agents
 from .errors import APIError
 from .tools import Tools
 
@@ -30,7 +31,8 @@ class Client:
     attribute the call to a run (it refuses run ids that are not this
     agent's). Inside a handler use ``req.client``, which is already bound to
     the run; build one yourself for calls outside a run (heartbeats).
-    ``client.tools`` calls tools in the bound run (:class:`agentplane.tools.Tools`).
+    ``client.tools`` calls tools in the bound run (:class:`agentplane.tools.Tools`);
+    ``client.agents`` calls other agents from it (:class:`agentplane.agents.Agents`).
 
     ``base_url`` and ``agent_api_key`` default to the ``AGENTPLANE_URL`` and
     ``AGENTPLANE_AGENT_KEY`` environment variables. Failed calls raise
@@ -58,6 +60,8 @@ class Client:
         self.timeout = timeout
         #: Tool calls in the bound run: ``client.tools.invoke(name, args)``.
         self.tools = Tools(self)
+        #: Other agents, run as children of the bound run: ``client.agents.invoke(agent_id, message)``.
+        self.agents = Agents(self)
 
     def __repr__(self) -> str:
         # Never print the key: reprs end up in logs and tracebacks.
@@ -213,6 +217,8 @@ def register(
     linked_agents: Iterable[str] = (),
     rotate_key: bool = False,
     *,
+    description: Optional[str] = None,
+    sub_agent_echo: Optional[str] = None,
     timeout: float = 30.0,
 ) -> Dict[str, Any]:
     """Register (or update) an agent; returns ``{ok, agent_id, agent_api_key?}``.
@@ -220,7 +226,12 @@ def register(
     Needs the platform's admin key. ``agent_api_key`` is present only on the
     first registration of ``agent_id`` or when ``rotate_key`` is true: keep
     it, the platform stores only a hash. ``base_url`` defaults to
-    ``AGENTPLANE_URL``.
+    ``AGENTPLANE_URL``. ``linked_agents`` are the agents this one may call
+    (``req.agents.invoke`` or the ``call_<agent_id>`` tools);
+    ``description`` is what it does (offered to models with its
+    ``call_<agent_id>`` tool); ``sub_agent_echo`` (``aggregate``,
+    ``passthrough`` or ``off``) is how its output reaches the user when it
+    runs as a child.
     """
     base_url = base_url or os.environ.get(ENV_URL)
     if not base_url:
@@ -234,6 +245,10 @@ def register(
     linked = list(linked_agents)
     if linked:
         body["linked_agents"] = linked
+    if description is not None:
+        body["description"] = description
+    if sub_agent_echo is not None:
+        body["sub_agent_echo"] = sub_agent_echo
     if rotate_key:
         body["rotate_key"] = True
     return _request(

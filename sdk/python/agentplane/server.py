@@ -25,6 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ._sse import KEEPALIVE, encode_event
+from .agents import Agents
 from .client import ENV_AGENT_KEY, ENV_URL, Client
 from .errors import AgentError, NotConfiguredError
 
@@ -53,14 +54,18 @@ class Request:
     """One invocation of the agent, as the platform sent it.
 
     Attributes: ``agent_id``, ``session_id``, ``run_id``, ``parent_run_id``
-    (``""`` for a root run), ``user_id``, ``traceparent`` (``""`` if absent),
+    (``""`` for a root run; set when another agent called this one),
+    ``depth`` (0 for a root run, the caller's depth plus one for a child),
+    ``user_id``, ``traceparent`` (``""`` if absent),
     ``input_message`` (``{"role", "content"}``), ``messages`` (the
     transcript the platform chose to send, a list of ``{"role", "content"}``
     dicts ready for an OpenAI call), ``context`` (the raw context object),
     ``headers`` (case-insensitive), ``body`` (the decoded JSON body) and
     ``client`` (a :class:`Client` bound to this run; without a platform URL
     and agent key reading it raises :class:`NotConfiguredError` saying what
-    to set — ``has_client`` tells without raising).
+    to set — ``has_client`` tells without raising) and ``agents`` (other
+    agents, called as child runs of this one: ``req.agents.invoke(agent_id,
+    message)``, see :mod:`agentplane.agents`).
 
     Set ``usage`` to a JSON-serialisable dict to report it in ``done``.
     """
@@ -76,6 +81,8 @@ class Request:
         self.session_id: str = _str(body.get("session_id")) or _str(headers.get("x-session-id"))
         self.run_id: str = _str(body.get("run_id")) or _str(headers.get("x-run-id"))
         self.parent_run_id: str = _str(body.get("parent_run_id"))
+        depth = body.get("depth")
+        self.depth: int = depth if isinstance(depth, int) and not isinstance(depth, bool) and depth >= 0 else 0
         im = body.get("input_message")
         self.input_message: Dict[str, Any] = im if isinstance(im, dict) else {}
         msgs = body.get("messages")
@@ -84,6 +91,9 @@ class Request:
         self.user_id: str = _str(ctx.get("user_id"))
         self.traceparent: str = _str(headers.get("traceparent"))
         self._client: Optional[Client] = client.bind(self.run_id, self.session_id, self.agent_id) if client else None
+        if self._client is not None:
+            # A child the handler is following stops with the run.
+            self._client.agents = Agents(self._client, on_cancel=self._on_cancel)
         self._missing = missing
         self.usage: Optional[Dict[str, Any]] = None
         self._cancel = threading.Event()
@@ -117,6 +127,16 @@ class Request:
         if self._client is None:
             raise NotConfiguredError(self._missing or _not_configured(None, None))
         return self._client
+
+    @property
+    def agents(self) -> Agents:
+        """Other agents, run as children of this run: ``req.agents.invoke(agent_id, message)``.
+
+        The same as ``req.client.agents``: raises :class:`NotConfiguredError`
+        without a platform URL and agent key. The agent may call only the
+        agents in its ``linked_agents``.
+        """
+        return self.client.agents
 
     @property
     def has_client(self) -> bool:

@@ -73,10 +73,11 @@ Responder = Callable[[Recorded], Tuple[int, Any]]
 class FakePlatform:
     """A real HTTP server standing in for the platform.
 
-    ``routes`` maps "METHOD /raw/path" to a responder returning (status, body);
-    a body of bytes is sent verbatim, anything else as JSON; status 0 closes
-    the connection without an answer. Unknown routes get the platform's 404
-    error shape.
+    ``routes`` maps "METHOD /raw/path" to a responder returning (status, body)
+    or (status, body, headers); a body of bytes is sent verbatim, anything
+    else as JSON; headers (e.g. another Content-Type) are added; status 0
+    closes the connection without an answer. Unknown routes get the
+    platform's 404 error shape.
     """
 
     def __init__(self, routes: Dict[str, Responder]) -> None:
@@ -97,10 +98,14 @@ class FakePlatform:
                 rec = Recorded(self.command, u.path, parse_qs(u.query), self.headers, json.loads(raw) if raw else None)
                 fake.requests.append(rec)
                 responder = fake.routes.get(f"{self.command} {u.path}")
+                extra: Dict[str, str] = {}
                 if responder is None:
                     status, body = 404, {"error": {"code": "not_found", "message": f"no route {self.command} {u.path}"}}
                 else:
-                    status, body = responder(rec)
+                    answer = responder(rec)
+                    status, body = answer[0], answer[1]
+                    if len(answer) > 2:
+                        extra = dict(answer[2])
                 if status == 0:
                     # Drop the connection without an answer, as a crashing
                     # server or a restarting proxy would.
@@ -108,7 +113,9 @@ class FakePlatform:
                     return
                 out = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", extra.pop("Content-Type", "application/json"))
+                for k, v in extra.items():
+                    self.send_header(k, v)
                 self.send_header("Content-Length", str(len(out)))
                 self.end_headers()
                 self.wfile.write(out)
