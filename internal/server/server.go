@@ -241,6 +241,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 
 	var demoAgent *demo.Agent
 	var demoTeam *demo.Team
+	var demoCurrency *demo.Currency
 	if cfg.Demo {
 		demoAgent, err = demo.Listen()
 		if err != nil {
@@ -272,6 +273,14 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 			}
 		}
 		demoAgent.Serve(base, key, model)
+		// A remote A2A agent (issue 10), linked to the planner below.
+		if demoCurrency, err = demo.ServeCurrency(); err != nil {
+			return err
+		}
+		defer demoCurrency.Stop(context.Background())
+		if err := registerCurrency(ctx, base, cfg.AdminKey, demoCurrency); err != nil {
+			return fmt.Errorf("register the demo A2A agent: %w", err)
+		}
 		// The multi-agent part: a planner calling two workers (issue 9).
 		if demoTeam, err = demo.ListenTeam(); err != nil {
 			return err
@@ -303,6 +312,8 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 			}
 			fmt.Fprintf(out, "demo agent %q serving at %s%s\n", m.AgentID, m.URL, links)
 		}
+		fmt.Fprintf(out, "demo A2A agent %q (a remote agent, protocol a2a) serving at %s\n", demo.CurrencyID, demoCurrency.URL)
+		fmt.Fprintf(out, "the demo agent over A2A: %s/a2a/%s/.well-known/agent-card.json\n", base, demo.AgentID)
 		if demoCreds.userStored {
 			fmt.Fprintf(out, "demo user key: %s (kept in %s, table settings; AGENTPLANE_API_KEYS=demo:<key> overrides it)\n", demoCreds.userKey, where)
 		} else {
