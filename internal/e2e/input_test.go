@@ -14,6 +14,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -214,6 +216,38 @@ func TestChildInputRequiredDirectForm(t *testing.T) {
 		code, run := s.call("GET", "/v1/runs/"+childRun, adminKey, nil)
 		if code != 200 || run["status"] != "INPUT_REQUIRED" || run["parent_run_id"] == nil {
 			t.Fatalf("child %v", run)
+		}
+		s.checkRaces()
+	})
+}
+
+// TestInputRequiredPythonSDK: a real Python SDK agent ends its turn with
+// `yield agentplane.InputRequired(...)`; nothing it yields after reaches
+// the log; the answer reaches it with resumes_run_id and the intention.
+func TestInputRequiredPythonSDK(t *testing.T) {
+	eachStore(t, func(t *testing.T, dsn string) {
+		s := startServer(t, dsn)
+		cmd := exec.Command("env", "PYTHONPATH="+filepath.Join(repoRoot, "sdk", "python"), "python3", "-u",
+			filepath.Join(repoRoot, "internal", "e2e", "testdata", "ask_agent.py"), "--agent-id", "pyask")
+		startAgentProcess(t, s, cmd, "pyask")
+		c := dial(t, s, "alice", "alice-key")
+		c.send(map[string]any{"type": "agent_invoke", "request_id": "q", "agent_id": "pyask", "message": map[string]any{"role": "user", "content": "weather?"}})
+		asked := c.untilEnd()
+		last := asked[len(asked)-1]
+		intention := sv(asked[0], "intention_id")
+		if last["type"] != "input_required" || last["question"] != "Which city?" || obj(last, "detail")["intention_id"] != intention || text(asked) != "Let me check. " {
+			t.Fatalf("asked: %v", asked)
+		}
+		for _, e := range s.events("/v1/runs/" + sv(asked[0], "run_id") + "/events") {
+			if strings.Contains(fmt.Sprint(e["payload"]), "never sent") {
+				t.Errorf("an event after input_required was recorded: %v", e)
+			}
+		}
+		c.send(map[string]any{"type": "agent_invoke", "request_id": "a", "session_id": asked[0]["session_id"], "agent_id": "pyask", "message": map[string]any{"role": "user", "content": "Oslo"}})
+		answer := c.untilEnd()
+		want := "Sunny in Oslo (intention " + intention + ", answering " + sv(asked[0], "run_id") + ")"
+		if text(answer) != want {
+			t.Fatalf("answer %q, want %q", text(answer), want)
 		}
 		s.checkRaces()
 	})
