@@ -275,10 +275,13 @@ func (s *Server) start(ctx context.Context, c *call, p run.StartParams) (*task, 
 		release()
 		return nil, nil, err
 	}
-	t, err := s.loadTask(ctx, c, a2a.TaskID(started.Run.IntentionID))
-	if err != nil {
-		release()
-		return nil, nil, err
+	t := &task{id: started.Run.IntentionID, runs: []*store.Run{started.Run}}
+	if started.Run.ResumesRunID != "" {
+		// An answer: the task's earlier runs belong to its history.
+		if t, err = s.loadTask(ctx, c, a2a.TaskID(started.Run.IntentionID)); err != nil {
+			release()
+			return nil, nil, err
+		}
 	}
 	return t, s.follow(t, started.Events[0].Seq-1, false, release), nil
 }
