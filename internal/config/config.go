@@ -72,6 +72,9 @@ type File struct {
 	Agents []AgentSpec `yaml:"agents"`
 	LLM    yaml.Node   `yaml:"llm"`
 	Tools  yaml.Node   `yaml:"tools"`
+	// Governance (DESIGN §15; governance.go).
+	Limits    Limits    `yaml:"limits"`
+	Retention Retention `yaml:"retention"`
 	// MCPServers are MCP servers used as tool sources (DESIGN §13), with
 	// the fields of PUT /v1/mcp_servers/{name} plus name.
 	MCPServers yaml.Node `yaml:"mcp_servers"`
@@ -169,6 +172,18 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		if err := c.loadFile(); err != nil {
 			return nil, err
 		}
+	}
+	if err := c.File.checkGovernance(); err != nil {
+		if c.ConfigFile != "" {
+			err = fmt.Errorf("config file %s: %w", c.ConfigFile, err)
+		}
+		return nil, err
+	}
+	// Environment and flags override the file, as everywhere.
+	wsSet := getenv("AGENTPLANE_MAX_WS_PER_USER") != ""
+	fs.Visit(func(f *flag.Flag) { wsSet = wsSet || f.Name == "max-ws-per-user" })
+	if !wsSet && c.File.Limits.MaxWSPerUser != nil {
+		c.MaxWSPerUser = *c.File.Limits.MaxWSPerUser
 	}
 	if c.InstanceID == "" {
 		c.InstanceID = defaultInstanceID(c.Addr)

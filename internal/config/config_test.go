@@ -187,6 +187,69 @@ func TestRunOutputBounds(t *testing.T) {
 	}
 }
 
+func TestGovernanceSections(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, r := c.File.Limits, c.File.Retention
+	if l.UserRequestsPerSecond != 0 || l.MaxActiveRuns != 0 || l.MaxActiveRunsPerUser != 0 || l.AgentKeyGraceSeconds != 0 || r.Enabled() ||
+		r.SweepInterval != DefaultRetentionSweep || r.BatchSize != DefaultRetentionBatch {
+		t.Fatalf("defaults: %+v %+v", l, r)
+	}
+	file := writeFile(t, `
+limits:
+  user_requests_per_second: 2.5
+  agent_requests_per_second: 50
+  agent_burst: 80
+  max_active_runs_per_user: 1
+  max_active_runs: 10
+  max_ws_per_user: 5
+  agent_key_grace_seconds: 300
+retention:
+  days: 30
+  agents: {audit-bot: 365}
+  sweep_interval: 10s
+`)
+	c, err = Load(nil, env(map[string]string{"AGENTPLANE_CONFIG": file}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, r = c.File.Limits, c.File.Retention
+	if l.UserBurst != 2 || l.AgentBurst != 80 || l.MaxActiveRunsPerUser != 1 || l.MaxActiveRuns != 10 || l.AgentKeyGraceSeconds != 300 || c.MaxWSPerUser != 5 {
+		t.Fatalf("limits: %+v, ws %d", l, c.MaxWSPerUser)
+	}
+	if r.Days != 30 || r.Agents["audit-bot"] != 365 || r.SweepInterval != 10*time.Second || r.BatchSize != 500 {
+		t.Fatalf("retention: %+v", r)
+	}
+	// The environment and flags win over the file.
+	c, err = Load(nil, env(map[string]string{"AGENTPLANE_CONFIG": file, "AGENTPLANE_MAX_WS_PER_USER": "7"}), io.Discard)
+	if err != nil || c.MaxWSPerUser != 7 {
+		t.Fatalf("env over file: %v %d", err, c.MaxWSPerUser)
+	}
+	c, err = Load([]string{"--max-ws-per-user", "0"}, env(map[string]string{"AGENTPLANE_CONFIG": file}), io.Discard)
+	if err != nil || c.MaxWSPerUser != 0 {
+		t.Fatalf("flag over file: %v %d", err, c.MaxWSPerUser)
+	}
+	for yml, want := range map[string]string{
+		"limits: {user_requests_per_second: -1}": "must not be negative",
+		"limits: {user_burst: 3}":                "user_burst needs user_requests_per_second",
+		"limits: {max_active_runs: -2}":          "max_active_runs",
+		"limits: {agent_key_grace_seconds: -1}":  "agent_key_grace_seconds",
+		"limits: {max_rps: 1}":                   "max_rps",
+		"retention: {days: -1}":                  "days must not be negative",
+		"retention: {agents: {'bad id!': 3}}":    "not an agent id",
+		"retention: {agents: {a: 0}}":            "at least 1",
+		"retention: {sweep_interval: 10ms}":      "sweep_interval",
+		"retention: {batch_size: 100000}":        "batch_size",
+	} {
+		_, err := Load(nil, env(map[string]string{"AGENTPLANE_CONFIG": writeFile(t, yml)}), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err %v, want %q", yml, err, want)
+		}
+	}
+}
+
 // AGENTPLANE_MAX_CALL_DEPTH (issue 9): 0 = unlimited by default, env and
 // flag, negative refused.
 func TestMaxCallDepth(t *testing.T) {

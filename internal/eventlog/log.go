@@ -130,13 +130,17 @@ func (l *Log) Observe(local func([]store.Event), remote func(sessionIDs []string
 	}
 }
 
+// publish hands committed events to the local observers first, then to
+// subscribers: whoever has seen an event from this process (a client that
+// saw its run end) can rely on the observers having seen it too (the LLM
+// proxy's run cache refuses the ended run's next call).
 func (l *Log) publish(events []store.Event) {
-	l.hub.Publish(events)
 	l.obsMu.RLock()
-	defer l.obsMu.RUnlock()
 	for _, fn := range l.local {
 		fn(events)
 	}
+	l.obsMu.RUnlock()
+	l.hub.Publish(events)
 }
 
 // Stats reports events appended and transactions committed so far.

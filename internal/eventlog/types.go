@@ -53,6 +53,13 @@ const (
 	TypeA2ARemoteTask = "a2a_remote_task" // {agent_id, task_id, context_id}
 )
 
+// The run queue (issue 14, DESIGN §15): a root run started over the global
+// cap is queued (trace only; its client gets state QUEUED {position}) and
+// run_started comes when it is admitted.
+const (
+	TypeRunQueued = "run_queued" // {request_id, agent_id, message, traceparent, position}
+)
+
 // IsRunEnd reports whether typ is a run's terminal event.
 func IsRunEnd(typ string) bool {
 	return typ == TypeRunDone || typ == TypeRunFailed || typ == TypeRunCancelled || typ == TypeInputRequired

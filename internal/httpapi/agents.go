@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentplane/agentplane/internal/agent"
+	"github.com/agentplane/agentplane/internal/audit"
 	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/ids"
 	"github.com/agentplane/agentplane/internal/respond"
@@ -65,7 +66,7 @@ func (a *API) agentRegister(w http.ResponseWriter, r *http.Request) {
 		respond.Err(w, r, err)
 		return
 	}
-	resp, err := a.Register(r.Context(), &req)
+	resp, err := a.Register(a.auditCtx(r), &req)
 	if err != nil {
 		respond.Err(w, r, err)
 		return
@@ -125,20 +126,56 @@ func (a *API) Register(ctx context.Context, req *RegisterRequest) (*RegisterResp
 	}
 	caps, _ := json.Marshal(nonNil(req.Capabilities))
 	linked, _ := json.Marshal(nonNil(req.LinkedAgents))
-	_, err = a.St.AgentGet(ctx, req.AgentID)
-	created := errors.Is(err, store.ErrNotFound)
-	if err != nil && !created {
-		return nil, err
-	}
+	endpoint := strings.TrimRight(u.String(), "/")
 	var key, hash string
-	if created || req.RotateKey {
-		key = ids.Secret("apk_")
-		hash = auth.HashKey(key)
-	}
-	ag, err := a.St.AgentUpsert(ctx, &store.AgentUpsertParams{
-		AgentID: req.AgentID, Name: req.Name, Description: req.Description, Endpoint: strings.TrimRight(u.String(), "/"),
-		Capabilities: caps, LinkedAgents: linked, SubAgentEcho: req.SubAgentEcho, KeyHash: hash, At: time.Now().UnixMilli(),
-		A2A: req.A2A, Protocol: req.Protocol, A2ACard: card,
+	var ag *store.Agent
+	var created bool
+	// The change and its audit row commit together (DESIGN §15).
+	err = a.St.InTx(ctx, func(tx store.Queries) error {
+		prev, err := tx.AgentGet(ctx, req.AgentID)
+		created = errors.Is(err, store.ErrNotFound)
+		if err != nil && !created {
+			return err
+		}
+		key, hash = "", ""
+		if created || req.RotateKey {
+			key = ids.Secret("apk_")
+			hash = auth.HashKey(key)
+		}
+		now := time.Now().UnixMilli()
+		grace := a.AgentKeyGrace
+		if !created && req.RotateKey && grace > 0 {
+			// The previous key keeps working for the grace period, so a
+			// fleet of agent processes can be rolled onto the new one.
+			if err := tx.AgentKeyGraceSet(ctx, &store.AgentKeyGraceParams{KeyHash: prev.KeyHash, AgentID: prev.AgentID, ExpiresAt: now + grace.Milliseconds(), At: now}); err != nil {
+				return err
+			}
+		}
+		if ag, err = tx.AgentUpsert(ctx, &store.AgentUpsertParams{
+			AgentID: req.AgentID, Name: req.Name, Description: req.Description, Endpoint: endpoint,
+			Capabilities: caps, LinkedAgents: linked, SubAgentEcho: req.SubAgentEcho, KeyHash: hash, At: now,
+			A2A: req.A2A, Protocol: req.Protocol, A2ACard: card,
+		}); err != nil {
+			return err
+		}
+		action := audit.AgentRegister
+		switch {
+		case created:
+		case req.RotateKey:
+			action = audit.AgentRotateKey
+		default:
+			action = audit.AgentUpdate
+			if audit.ActorFrom(ctx) == audit.Config && prev.Name == ag.Name && prev.Endpoint == ag.Endpoint && prev.Description == ag.Description &&
+				prev.SubAgentEcho == ag.SubAgentEcho && string(prev.Capabilities) == string(ag.Capabilities) && string(prev.LinkedAgents) == string(ag.LinkedAgents) &&
+				prev.A2A == ag.A2A && prev.Protocol == ag.Protocol {
+				return nil // the config file applied again at a start: nothing changed
+			}
+		}
+		detail := map[string]any{"name": ag.Name, "endpoint": ag.Endpoint, "linked_agents": json.RawMessage(ag.LinkedAgents), "a2a": ag.A2A, "protocol": ag.Protocol}
+		if action == audit.AgentRotateKey {
+			detail["old_key_grace_seconds"] = int64(grace.Seconds())
+		}
+		return audit.Write(ctx, tx, action, ag.AgentID, detail)
 	})
 	if err != nil {
 		return nil, err
@@ -209,7 +246,16 @@ func (a *API) agentDelete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("agent_id")
-	err := a.St.AgentDelete(r.Context(), id)
+	ctx := a.auditCtx(r)
+	err := a.St.InTx(ctx, func(tx store.Queries) error {
+		if err := tx.AgentDelete(ctx, id); err != nil {
+			return err
+		}
+		if err := tx.AgentKeyGraceDelete(ctx, id); err != nil {
+			return err
+		}
+		return audit.Write(ctx, tx, audit.AgentDelete, id, nil)
+	})
 	if errors.Is(err, store.ErrNotFound) {
 		err = respond.E(http.StatusNotFound, "agent_not_found", "no such agent")
 	}

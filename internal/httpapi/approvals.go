@@ -83,7 +83,7 @@ func (a *API) approvalVerb(w http.ResponseWriter, r *http.Request) {
 		respond.Err(w, r, err)
 		return
 	}
-	ap, err := a.Tools.Decide(r.Context(), toolsvc.DecideParams{ApprovalID: id, Decision: req.Decision, Reason: req.Reason, DecidedBy: req.DecidedBy})
+	ap, err := a.Tools.Decide(a.auditCtx(r), toolsvc.DecideParams{ApprovalID: id, Decision: req.Decision, Reason: req.Reason, DecidedBy: req.DecidedBy})
 	if err != nil {
 		respond.Err(w, r, err)
 		return

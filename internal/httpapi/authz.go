@@ -1,10 +1,12 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
 
+	"github.com/agentplane/agentplane/internal/audit"
 	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/run"
@@ -38,6 +40,12 @@ func (a *API) admin(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	return true
+}
+
+// auditCtx is r's context naming the admin as the actor of what the
+// handler changes (audit log, DESIGN §15); for handlers that passed admin.
+func (a *API) auditCtx(r *http.Request) context.Context {
+	return audit.WithActor(r.Context(), audit.Admin)
 }
 
 // callerRun is the run an agent says it acts for (x-run-id). It must be

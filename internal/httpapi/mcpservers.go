@@ -35,7 +35,7 @@ func (a *API) mcpServerPut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	spec.Name = name
-	info, created, err := a.MCP.Put(r.Context(), spec)
+	info, created, err := a.MCP.Put(a.auditCtx(r), spec)
 	if err != nil {
 		respond.Err(w, r, err)
 		return
@@ -77,7 +77,7 @@ func (a *API) mcpServerDelete(w http.ResponseWriter, r *http.Request) {
 	if !a.admin(w, r) {
 		return
 	}
-	if err := a.MCP.Delete(r.Context(), r.PathValue("name")); err != nil {
+	if err := a.MCP.Delete(a.auditCtx(r), r.PathValue("name")); err != nil {
 		respond.Err(w, r, err)
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/auth"
@@ -16,6 +17,7 @@ import (
 	"github.com/agentplane/agentplane/internal/mcpclient"
 	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/respond"
+	"github.com/agentplane/agentplane/internal/retention"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/toolsvc"
@@ -37,7 +39,12 @@ type API struct {
 	Logger  *slog.Logger
 	Metrics *metrics.Registry
 	Tools   *toolsvc.Service
-	MCP     *mcpclient.Manager
+	// Retention deletes sessions (DELETE /v1/sessions/{id}).
+	Retention *retention.Sweeper
+	// AgentKeyGrace keeps an agent's previous key valid this long after
+	// rotate_key (limits.agent_key_grace_seconds; 0: none).
+	AgentKeyGrace time.Duration
+	MCP           *mcpclient.Manager
 	// FetchCard fetches and checks a remote A2A agent's card at
 	// registration (protocol "a2a"); nil refuses such agents. Its errors
 	// are *respond.Error.
@@ -97,6 +104,13 @@ func (a *API) Routes(mux *http.ServeMux) {
 	if a.Metrics != nil {
 		a.Metrics.GaugeFunc("agentplane_event_streams", "Open follow streams (GET /v1/sessions/{id}/events?follow=1).", func() float64 { return float64(a.streams.Load()) })
 	}
+
+	// Governance (DESIGN §15).
+	mux.HandleFunc("GET /v1/audit", a.auditList)
+	mux.HandleFunc("DELETE /v1/sessions/{session_id}", a.sessionDelete)
+	mux.HandleFunc("POST /v1/users/{user_id}/keys", a.userKeyCreate)
+	mux.HandleFunc("GET /v1/users/{user_id}/keys", a.userKeyList)
+	mux.HandleFunc("DELETE /v1/users/{user_id}/keys/{key_id}", a.userKeyDelete)
 }
 
 func (a *API) healthz(w http.ResponseWriter, r *http.Request) {

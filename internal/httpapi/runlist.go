@@ -41,7 +41,7 @@ func (a *API) runList(w http.ResponseWriter, r *http.Request) {
 		for _, v := range strings.Split(s, ",") {
 			if group, ok := runStatusFilters[v]; ok {
 				params.Statuses = append(params.Statuses, group...)
-			} else if store.RunIsTerminal(v) || v == store.RunRunning || v == store.RunPausedWaitingApproval || v == store.RunPausedWaitingTool {
+			} else if store.RunIsTerminal(v) || v == store.RunQueued || v == store.RunRunning || v == store.RunPausedWaitingApproval || v == store.RunPausedWaitingTool {
 				params.Statuses = append(params.Statuses, v)
 			} else {
 				respond.Err(w, r, respond.E(http.StatusBadRequest, "invalid_param", "status must be active, ended or run states (RUNNING, DONE, …), comma-separated"))

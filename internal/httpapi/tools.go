@@ -29,7 +29,7 @@ func (a *API) toolPut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.Name = name
-	info, created, err := a.Tools.PutTool(r.Context(), d)
+	info, created, err := a.Tools.PutTool(a.auditCtx(r), d)
 	if err != nil {
 		respond.Err(w, r, err)
 		return
@@ -57,7 +57,7 @@ func (a *API) toolDelete(w http.ResponseWriter, r *http.Request) {
 	if !a.admin(w, r) {
 		return
 	}
-	if err := a.Tools.DeleteTool(r.Context(), r.PathValue("tool_name")); err != nil {
+	if err := a.Tools.DeleteTool(a.auditCtx(r), r.PathValue("tool_name")); err != nil {
 		respond.Err(w, r, err)
 		return
 	}

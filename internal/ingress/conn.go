@@ -147,16 +147,43 @@ func (c *conn) hello(data []byte) bool {
 		c.closeWith(websocket.ClosePolicyViolation, "hello required")
 		return false
 	}
-	if !c.s.keys.UserByKey(userID, key) {
+	ctx, cancel := context.WithTimeout(c.ctx, commandTimeout)
+	known, err := c.s.keys.UserByKey(ctx, userID, key)
+	cancel()
+	if err != nil {
+		// The store could not say (user keys created over the API live
+		// there): the client may retry; nothing was decided.
+		c.fail(requestID, err)
+		c.closeWith(websocket.CloseTryAgainLater, "try again later")
+		return false
+	}
+	if !known {
 		c.send(errorReply(requestID, "unauthorized", "unknown user_id or api_key"))
 		c.closeWith(websocket.ClosePolicyViolation, "unauthorized")
 		return false
 	}
 	connlimit.Authenticated(c.httpCtx)
-	if !c.s.admit(userID) {
+	tooMany := func() bool {
 		c.send(errorReply(requestID, "too_many_connections", fmt.Sprintf("user %s already has %d connections open (the limit); close one first", userID, c.s.opts.MaxPerUser)))
 		c.closeWith(websocket.ClosePolicyViolation, "too many connections")
 		return false
+	}
+	if !c.s.admit(userID) {
+		return tooMany()
+	}
+	if uc := c.s.opts.UserConnections; uc != nil {
+		ctx, cancel := context.WithTimeout(c.ctx, commandTimeout)
+		ok, err := uc.Admit(ctx, userID)
+		cancel()
+		if err != nil || !ok {
+			c.s.leave(userID)
+			if err != nil {
+				c.fail(requestID, err)
+				c.closeWith(websocket.CloseTryAgainLater, "try again later")
+				return false
+			}
+			return tooMany()
+		}
 	}
 	c.mu.Lock()
 	c.userID = userID
@@ -209,6 +236,9 @@ func (c *conn) teardown() {
 	}
 	if u := c.user(); u != "" {
 		c.s.leave(u)
+		if uc := c.s.opts.UserConnections; uc != nil {
+			uc.Leave(u)
+		}
 	}
 	c.cancel()
 	c.ws.Close()

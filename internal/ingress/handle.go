@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/internal/agent"
+	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/ids"
 	"github.com/agentplane/agentplane/internal/respond"
@@ -29,6 +30,12 @@ func (c *conn) handle(data []byte) {
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, commandTimeout)
 	defer cancel()
+	// Each command takes a token of the user's rate limit; a refusal is
+	// an error reply and the connection stays open.
+	if err := c.s.keys.Limit(ctx, auth.Principal{Kind: auth.User, UserID: c.user()}); err != nil {
+		c.fail(cmd.RequestID, err)
+		return
+	}
 	switch cmd.Type {
 	case "agent_invoke":
 		c.invoke(ctx, cmd)
@@ -45,7 +52,9 @@ func (c *conn) handle(data []byte) {
 
 func (c *conn) fail(requestID string, err error) {
 	if e := respond.As(err); e != nil {
-		c.send(errorReply(requestID, e.Code, e.Message))
+		r := errorReply(requestID, e.Code, e.Message)
+		r.RetryAfter = e.Details["retry_after"]
+		c.send(r)
 		return
 	}
 	if respond.Cancelled(c.ctx, err) {

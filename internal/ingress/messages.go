@@ -130,6 +130,9 @@ type reply struct {
 	Code      string `json:"code,omitempty"`
 	Message   string `json:"message,omitempty"`
 	LastSeq   *int64 `json:"last_seq,omitempty"` // invalid_after_seq
+	// RetryAfter is in seconds, on errors a retry may cure (rate_limited,
+	// store_unavailable).
+	RetryAfter any `json:"retry_after,omitempty"`
 }
 
 func errorReply(requestID, code, message string) *reply {

@@ -34,6 +34,11 @@ type Options struct {
 	// process; a hello over it gets error too_many_connections and the
 	// connection is closed. 0 means no cap.
 	MaxPerUser int
+	// UserConnections, when set, counts a user's connections across the
+	// processes sharing the database (DESIGN §15: the cap holds across
+	// replicas): Admit reports whether one more is allowed and counts it,
+	// Leave uncounts it. Nil: this process's count is all there is.
+	UserConnections UserConnections
 	// PingInterval is how often the server pings; a client that has not
 	// answered within PongWait is dropped.
 	PingInterval time.Duration
@@ -59,6 +64,12 @@ type Tools interface {
 	SubmitClientResult(ctx context.Context, r toolsvc.ClientResult) (*toolsvc.CallView, error)
 	Decide(ctx context.Context, p toolsvc.DecideParams) (*store.Approval, error)
 	Pending(ctx context.Context, sessionID string) ([]map[string]any, error)
+}
+
+// UserConnections counts a user's WebSocket connections across processes.
+type UserConnections interface {
+	Admit(ctx context.Context, userID string) (bool, error)
+	Leave(userID string)
 }
 
 // Server serves GET /v1/ws.

@@ -3,6 +3,7 @@ package llmproxy
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -316,10 +317,10 @@ func upstreamError(status int, body []byte) *CallError {
 		}
 		return e
 	}
-	const maxMsg = 512
-	if len(body) > maxMsg {
-		body = body[:maxMsg]
-	}
-	e.Message = string(body)
+	// Not the OpenAI error shape: the text may be anything, the prompt
+	// echoed back included, and LLM bodies are never recorded (issue 14).
+	// The client got it as it was; the trace says what it was, not what
+	// it said.
+	e.Message = fmt.Sprintf("the upstream answered HTTP %d with a body of %d bytes that is not an OpenAI error (not recorded)", status, len(body))
 	return e
 }

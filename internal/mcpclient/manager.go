@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/internal/agent"
+	"github.com/agentplane/agentplane/internal/audit"
 	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/tool"
@@ -284,12 +285,27 @@ func (m *Manager) Put(ctx context.Context, spec *Spec) (*ServerInfo, bool, error
 	m.regMu.Lock()
 	var row *store.MCPServerRow
 	created := false
+	// The change and its audit row commit together (DESIGN §15); never the
+	// headers' or env's values, which may hold secrets.
+	detail := map[string]any{"transport": spec.Transport, "url": spec.URL, "command": spec.Command}
 	if old, gerr := m.st.MCPServerGet(ctx, spec.Name); gerr == nil && string(old.Spec) == string(raw) {
 		// The same spec again (the config file at every start): nothing
-		// changes, and no replica reconnects.
+		// changes, and no replica reconnects; only an administrator's PUT is
+		// an action worth a row.
 		row = old
+		if audit.ActorFrom(ctx) != audit.Config {
+			detail["unchanged"] = true
+			err = m.st.InTx(ctx, func(tx store.Queries) error { return audit.Write(ctx, tx, audit.MCPServerPut, spec.Name, detail) })
+		}
 	} else {
-		row, created, err = m.st.MCPServerPut(ctx, &store.MCPServerPutParams{Name: spec.Name, Spec: raw, At: m.opts.Now().UnixMilli()})
+		err = m.st.InTx(ctx, func(tx store.Queries) error {
+			var err error
+			if row, created, err = tx.MCPServerPut(ctx, &store.MCPServerPutParams{Name: spec.Name, Spec: raw, At: m.opts.Now().UnixMilli()}); err != nil {
+				return err
+			}
+			detail["created"] = created
+			return audit.Write(ctx, tx, audit.MCPServerPut, spec.Name, detail)
+		})
 	}
 	if err == nil {
 		m.apply(row)
@@ -323,7 +339,12 @@ func (m *Manager) apply(row *store.MCPServerRow) {
 // for a stdio server). Per-tool overrides in the tools table are kept.
 func (m *Manager) Delete(ctx context.Context, name string) error {
 	m.regMu.Lock()
-	err := m.st.MCPServerDelete(ctx, name)
+	err := m.st.InTx(ctx, func(tx store.Queries) error {
+		if err := tx.MCPServerDelete(ctx, name); err != nil {
+			return err
+		}
+		return audit.Write(ctx, tx, audit.MCPServerDel, name, nil)
+	})
 	var c *conn
 	if err == nil {
 		m.mu.Lock()

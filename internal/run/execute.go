@@ -174,12 +174,16 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 		IntentionID: run.IntentionID, ResumesRunID: run.ResumesRunID, Protocol: ag.Protocol, Card: ag.A2ACard,
 		Paused: func() bool { return m.waiting(run.RunID) },
 	}
-	if j.prevRunID != "" {
+	prev := j.prevRunID
+	if prev == "" && ag.Protocol == store.ProtocolA2A {
+		prev = run.ResumesRunID // a queued run admitted later knows only that one
+	}
+	if prev != "" {
 		// A remote A2A agent: a resumed run continues the previous run's
 		// remote task; any other run joins its remote context.
-		task, remoteCtx := m.remoteTask(ctx, run.SessionID, j.prevRunID)
+		task, remoteCtx := m.remoteTask(ctx, run.SessionID, prev)
 		req.RemoteContextID = remoteCtx
-		if j.prevRunID == run.ResumesRunID {
+		if prev == run.ResumesRunID {
 			req.RemoteTaskID = task
 		}
 	}

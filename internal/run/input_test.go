@@ -240,3 +240,49 @@ func jsonNumber(payload json.RawMessage, key string) string {
 }
 
 var _ = time.Second
+
+// TestQueuedAnswerResumes: an answer queued under the global cap (issue
+// 14's queue) still resumes the question when it is admitted: its
+// run_started carries the intention and resumes_run_id, and its agent gets
+// them.
+func TestQueuedAnswerResumes(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		h := newTreeHarness(t, dialect, Options{MaxActiveRuns: 1})
+		release := make(chan struct{})
+		h.agent("w", nil, "", weather)
+		h.agent("hold", nil, "", func(ctx context.Context, in invokeBody, out *sseOut) error {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return out.done(nil)
+		})
+		asked := waitEnded(t, h.st, h.start("w", "weather").RunID)
+		holder := h.start("hold", "hold the only slot")
+		s, err := h.m.StartRun(context.Background(), StartParams{UserID: "alice", SessionID: asked.SessionID, AgentID: "w", Message: agent.Message{Role: "user", Content: "Paris"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Run.Status != store.RunQueued || s.Run.ResumesRunID != asked.RunID {
+			t.Fatalf("the answer %+v: want queued, resuming %s", s.Run, asked.RunID)
+		}
+		close(release)
+		waitEnded(t, h.st, holder.RunID)
+		answer := waitEnded(t, h.st, s.Run.RunID)
+		if answer.Status != store.RunDone {
+			t.Fatalf("answer %+v", answer)
+		}
+		started := seqOf(h.sessionEvents(asked.SessionID), answer.RunID, eventlog.TypeRunStarted)
+		for _, e := range h.sessionEvents(asked.SessionID) {
+			if e.Seq == started && (!bytes.Contains(e.Payload, []byte(`"resumes_run_id":"`+asked.RunID+`"`)) || !bytes.Contains(e.Payload, []byte(`"intention_id":"`+asked.IntentionID+`"`))) {
+				t.Errorf("run_started at admission %s", e.Payload)
+			}
+		}
+		h.mu.Lock()
+		b := h.bodies["w"]
+		h.mu.Unlock()
+		if len(b) != 2 || b[1].ResumesRunID != asked.RunID || b[1].IntentionID != asked.IntentionID {
+			t.Errorf("bodies %+v", b)
+		}
+	})
+}

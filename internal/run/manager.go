@@ -83,6 +83,17 @@ type Options struct {
 	// MaxCallDepth refuses child runs deeper than this with
 	// max_depth_exceeded (AGENTPLANE_MAX_CALL_DEPTH); 0 means no limit.
 	MaxCallDepth int
+	// MaxActiveRunsPerUser refuses a user's root run while the user has
+	// this many that have not ended (queued ones included) with 429
+	// user_busy; MaxActiveRuns queues root runs started while this many
+	// run, first in first out (queue.go). 0: no cap. Both count root runs
+	// across every replica sharing the database.
+	MaxActiveRunsPerUser int
+	MaxActiveRuns        int
+	// QueueInterval is how often queued runs are looked at for a free slot
+	// (one freed here is filled at once) and their positions told (default
+	// 250 ms).
+	QueueInterval time.Duration
 }
 
 // Manager starts and drives runs.
@@ -103,6 +114,8 @@ type Manager struct {
 	bgCancel context.CancelFunc
 	bgDone   chan struct{}
 	stopOnce sync.Once
+
+	queue runQueue // queue.go
 }
 
 type activeRun struct {
@@ -162,8 +175,12 @@ func New(log *eventlog.Log, opts Options) *Manager {
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New()
 	}
-	m := &Manager{log: log, st: log.Store(), opts: opts, active: map[string]*activeRun{}}
+	if opts.QueueInterval <= 0 {
+		opts.QueueInterval = 250 * time.Millisecond
+	}
+	m := &Manager{log: log, st: log.Store(), opts: opts, active: map[string]*activeRun{}, queue: runQueue{wake: make(chan struct{}, 1)}}
 	log.Observe(m.committed, m.movedElsewhere)
+	log.Observe(m.queueCommitted, m.queueMovedElsewhere)
 	m.started = metrics.RunsStarted(opts.Metrics)
 	m.finished = metrics.RunsFinished(opts.Metrics)
 	m.duration = metrics.RunDuration(opts.Metrics)
@@ -202,9 +219,10 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.bgCancel = cancel
 	m.bgDone = make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); m.heartbeat(bg) }()
 	go func() { defer wg.Done(); m.sweep(bg) }()
+	go func() { defer wg.Done(); m.queueLoop(bg) }()
 	go func() { wg.Wait(); close(m.bgDone) }()
 	return nil
 }

@@ -33,6 +33,9 @@ func (m *Manager) failOrphans(ctx context.Context, atStart bool) (int, error) {
 	slices.SortStableFunc(runs, func(a, b *store.Run) int { return cmp.Compare(b.Depth, a.Depth) })
 	failed := 0
 	for _, r := range runs {
+		if r.Status == store.RunQueued {
+			continue // nobody drives a queued run: it waits for any process to admit it
+		}
 		if r.Owner == m.opts.InstanceID {
 			m.mu.Lock()
 			_, driving := m.active[r.RunID]

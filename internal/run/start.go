@@ -32,6 +32,9 @@ var (
 	ErrRunNotActive   = respond.E(http.StatusConflict, "run_not_active", "the run has already ended")
 	ErrShuttingDown   = respond.E(http.StatusServiceUnavailable, "shutting_down", "the platform is shutting down")
 	ErrInvalidSession = respond.E(http.StatusBadRequest, "invalid_session_id", "session_id must be 1-128 characters of letters, digits, '_', '-', '.', ':'")
+	// ErrUserBusy: the user has limits.max_active_runs_per_user root runs
+	// that have not ended (DESIGN §15).
+	ErrUserBusy = respond.E(http.StatusTooManyRequests, "user_busy", "you already have as many active runs as you may (limits.max_active_runs_per_user); wait until one ends")
 	// ErrNotResumable answers an explicit resume (StartParams.ResumeRunID)
 	// of a run that is not INPUT_REQUIRED, is another session's or agent's,
 	// or was answered already.
@@ -71,8 +74,11 @@ type StartParams struct {
 
 // Started is what Start committed.
 type Started struct {
-	Run    *store.Run
-	Events []store.Event // user_input, run_started, agent_invoke_started
+	Run *store.Run
+	// Events are user_input, run_started, agent_invoke_started — or, for a
+	// run queued under the global cap (Run.Status QUEUED), user_input,
+	// run_queued and its state QUEUED.
+	Events []store.Event
 }
 
 // StartRun creates the session if needed, the run, the transcript entry and
@@ -104,8 +110,15 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 	now := m.now()
 	msg, _ := json.Marshal(p.Message)
 	var run *store.Run
+	var position int // > 0: queued at this position
 	var prevRunID string
 	evs, err := m.log.Do(ctx, sessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
+		position = 0
+		// The caps' locks first (a user's, then the admission row), in the
+		// order every path takes them, before the session's (queue.go).
+		if err := m.lockCaps(ctx, tx, p.UserID); err != nil {
+			return nil, err
+		}
 		sess, err := tx.SessionGet(ctx, sessionID)
 		if errors.Is(err, store.ErrNotFound) {
 			_, err = tx.SessionCreate(ctx, &store.SessionCreateParams{SessionID: sessionID, UserID: p.UserID, CreatedAt: now})
@@ -123,6 +136,14 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		case sess.UserID != p.UserID:
 			return nil, ErrSessionDenied
 		}
+		// A session being deleted takes no new run; asked under the
+		// session's row lock, which the deletion's decision takes too
+		// (retention, DESIGN §15).
+		if purging, err := tx.SessionPurging(ctx, sessionID); err != nil {
+			return nil, err
+		} else if purging {
+			return nil, ErrSessionNotFound
+		}
 		resumes, err := m.resumable(ctx, tx, sessionID, ag.AgentID, p)
 		if err != nil {
 			return nil, err
@@ -130,6 +151,9 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		intention := ids.New("int")
 		if resumes != nil {
 			intention = resumes.IntentionID
+		}
+		if prevRunID, err = previousRun(ctx, tx, ag, sessionID, resumes); err != nil {
+			return nil, err
 		}
 		ins := &store.RunInsertParams{RunID: runID, SessionID: sessionID, AgentID: ag.AgentID, UserID: p.UserID, Owner: m.opts.InstanceID, StartedAt: now,
 			IntentionID: intention}
@@ -151,19 +175,18 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		if err != nil {
 			return nil, err
 		}
+		if position, err = m.checkCaps(ctx, tx, run, now); err != nil {
+			return nil, err
+		}
 		if _, err := tx.MessageAppend(ctx, &store.MessageAppendParams{MessageID: ids.New("msg"), SessionID: sessionID, RunID: runID, AgentID: ag.AgentID,
 			IntentionID: intention, Role: p.Message.Role, Content: p.Message.Content, CreatedAt: now}); err != nil {
 			return nil, err
 		}
-		startedPayload := map[string]any{"request_id": p.RequestID, "agent_id": ag.AgentID, "message": json.RawMessage(msg), "traceparent": traceparent,
-			"intention_id": intention}
-		if resumes != nil {
-			startedPayload["resumes_run_id"] = resumes.RunID
+		if position > 0 {
+			run.Status = store.RunQueued
+			return queuedEvents(run, p.RequestID, msg, traceparent, position, now), nil
 		}
-		started, _ := json.Marshal(startedPayload)
-		if prevRunID, err = previousRun(ctx, tx, ag, sessionID, resumes); err != nil {
-			return nil, err
-		}
+		started, _ := json.Marshal(startedPayload(run, map[string]any{"request_id": p.RequestID, "agent_id": ag.AgentID, "message": json.RawMessage(msg), "traceparent": traceparent}))
 		invoked, _ := json.Marshal(map[string]any{"agent_id": ag.AgentID, "endpoint": ag.Endpoint})
 		return []store.EventParams{
 			{SessionID: sessionID, RunID: runID, TS: now, Type: eventlog.TypeUserInput, Payload: json.RawMessage(`{"message":` + string(msg) + `}`)},
@@ -173,6 +196,10 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 	})
 	if err != nil {
 		return nil, err
+	}
+	if position > 0 {
+		m.queue.sawQueued()
+		return &Started{Run: run, Events: evs}, nil // admitted later (queue.go)
 	}
 	m.started.Inc(run.AgentID)
 	m.launch(&job{run: run, ag: ag, message: p.Message, traceparent: traceparent, prevRunID: prevRunID})
@@ -241,6 +268,16 @@ func previousRun(ctx context.Context, tx store.Queries, ag *store.Agent, session
 		return "", err
 	}
 	return prev.RunID, nil
+}
+
+// startedPayload adds a root run's intention (and the run it resumes) to
+// its run_started payload p.
+func startedPayload(run *store.Run, p map[string]any) map[string]any {
+	p["intention_id"] = run.IntentionID
+	if run.ResumesRunID != "" {
+		p["resumes_run_id"] = run.ResumesRunID
+	}
+	return p
 }
 
 // launch registers the run as active and drives it in the background.

@@ -20,6 +20,7 @@ import (
 	"github.com/agentplane/agentplane/internal/a2aremote"
 	"github.com/agentplane/agentplane/internal/a2aserver"
 	"github.com/agentplane/agentplane/internal/agent"
+	"github.com/agentplane/agentplane/internal/audit"
 	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/config"
 	"github.com/agentplane/agentplane/internal/connlimit"
@@ -34,6 +35,7 @@ import (
 	"github.com/agentplane/agentplane/internal/mcpclient"
 	"github.com/agentplane/agentplane/internal/mcpserver"
 	"github.com/agentplane/agentplane/internal/metrics"
+	"github.com/agentplane/agentplane/internal/retention"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/store/postgres"
@@ -105,6 +107,9 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		defer func() { stopListen(); <-listening }()
 	}
 	keys := auth.New(cfg.AdminKey, userKeys, st)
+	if limit := rateLimits(cfg.File.Limits, st, logger); limit != nil {
+		keys.SetLimit(limit)
+	}
 	httpClient := agent.NewHTTPClient(allow)
 	agentClient := &agent.Client{HTTP: httpClient, FirstByteTimeout: cfg.AgentFirstByteTimeout, IdleTimeout: cfg.AgentIdleTimeout}
 	// Remote A2A agents (protocol "a2a", DESIGN §12) through the same
@@ -114,9 +119,10 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	reg.CounterFunc("agentplane_events_appended_total", "Events committed to the log by this process.", func() float64 { ev, _ := log.Stats(); return float64(ev) })
 	reg.CounterFunc("agentplane_event_commits_total", "Event log transactions committed by this process (events per commit shows batching).", func() float64 { _, c := log.Stats(); return float64(c) })
 	bridge := newLLMBridge(keys, st, log, logger, reg)
-	tools := toolsvc.New(log, toolsvc.Options{Logger: logger, HTTP: httpClient, Allow: allow, Metrics: reg})
+	tools := toolsvc.New(log, toolsvc.Options{Logger: logger, HTTP: httpClient, Allow: allow, Metrics: reg, InstanceID: cfg.InstanceID, StaleAfter: staleAfter})
 	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: invoker, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce, OnEnd: tools.OnRunEnd, OnChildEnd: tools.OnChildEnd, MaxCallDepth: cfg.MaxCallDepth, StaleAfter: staleAfter,
-		MaxOutputBytes: cfg.MaxRunOutputBytes, MaxOutputEvents: cfg.MaxRunEvents, MaxTranscriptBytes: cfg.MaxTranscriptBytes})
+		MaxOutputBytes: cfg.MaxRunOutputBytes, MaxOutputEvents: cfg.MaxRunEvents, MaxTranscriptBytes: cfg.MaxTranscriptBytes,
+		MaxActiveRunsPerUser: cfg.File.Limits.MaxActiveRunsPerUser, MaxActiveRuns: cfg.File.Limits.MaxActiveRuns})
 	tools.SetRuns(runs)
 	// MCP servers as tool sources: every process connects to every server,
 	// since any process may dispatch a call (an approval decided here).
@@ -133,19 +139,29 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		return err
 	}
 	defer mcps.Stop()
+	// What the config file changes is audited as its own actor.
+	cfgCtx := audit.WithActor(ctx, audit.Config)
 	// MCP servers before tools: the tools may override their tools.
-	if err := loadConfigMCPServers(ctx, mcps, &cfg.File.MCPServers); err != nil {
+	if err := loadConfigMCPServers(cfgCtx, mcps, &cfg.File.MCPServers); err != nil {
 		return err
 	}
-	if err := loadConfigTools(ctx, tools, &cfg.File.Tools); err != nil {
+	if err := loadConfigTools(cfgCtx, tools, &cfg.File.Tools); err != nil {
 		return err
 	}
+	// Retention (DESIGN §15): the sweeper also finishes deletions cut short,
+	// so it runs even with no retention period set.
+	rc := cfg.File.Retention
+	sweeper := retention.New(st, retention.Options{Days: rc.Days, Agents: rc.Agents, Interval: rc.SweepInterval, BatchSize: rc.BatchSize,
+		Owner: cfg.InstanceID, Logger: logger, AgentSessionPrefix: run.AgentSessionPrefix})
+	sweeper.Start()
+	defer sweeper.Stop()
 	var shuttingDown atomic.Bool
 	// Done when the HTTP server begins its shutdown: follow streams end
 	// then rather than hold it up.
 	closing, stopStreams := context.WithCancel(context.Background())
 	defer stopStreams()
 	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Tools: tools, MCP: mcps, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() }, Closing: closing,
+		AgentKeyGrace: time.Duration(cfg.File.Limits.AgentKeyGraceSeconds) * time.Second, Retention: sweeper,
 		FetchCard: a2aClient.FetchCard}
 	// Client presence across replicas (DESIGN §8): with a shared database
 	// the ingress records which sessions it has connections for, and a
@@ -156,9 +172,18 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	if err := st.SessionClientsDeleteInstance(ctx, cfg.InstanceID); err != nil {
 		return fmt.Errorf("drop stale client presence: %w", err)
 	}
+	if err := st.UserConnectionsDeleteInstance(ctx, cfg.InstanceID); err != nil {
+		return fmt.Errorf("drop stale connection counts: %w", err)
+	}
 	wsOpts := ingress.Options{MaxFrameBytes: cfg.MaxFrameBytes, HelloTimeout: cfg.WSHelloTimeout, MaxPerUser: cfg.MaxWSPerUser, Logger: logger, Tools: tools}
+	var userConns *userConnections
 	if shared {
 		wsOpts.Presence = recordPresence(st, cfg.InstanceID)
+		if cfg.MaxWSPerUser > 0 {
+			// The per-user cap holds across replicas (DESIGN §15).
+			userConns = &userConnections{st: st, instanceID: cfg.InstanceID, max: cfg.MaxWSPerUser, log: logger}
+			wsOpts.UserConnections = userConns
+		}
 	}
 	ws := ingress.New(keys, runs, log, wsOpts)
 	tools.SetClientConnected(clientPresence(ws, shared))
@@ -229,7 +254,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	prb := &prober{st: st, client: agentClient, a2a: a2aClient, interval: cfg.HealthInterval, log: logger}
 
 	for _, spec := range cfg.File.Agents {
-		resp, err := api.Register(ctx, &httpapi.RegisterRequest{AgentID: spec.AgentID, Name: spec.Name, Description: spec.Description, Endpoint: spec.Endpoint,
+		resp, err := api.Register(cfgCtx, &httpapi.RegisterRequest{AgentID: spec.AgentID, Name: spec.Name, Description: spec.Description, Endpoint: spec.Endpoint,
 			Capabilities: spec.Capabilities, LinkedAgents: spec.LinkedAgents, SubAgentEcho: spec.SubAgentEcho, A2A: spec.A2A, Protocol: spec.Protocol})
 		if err != nil {
 			return fmt.Errorf("config file agent %s: %w", spec.AgentID, err)
@@ -343,6 +368,12 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	}
 	if err := st.SessionClientsDeleteInstance(final, cfg.InstanceID); err != nil {
 		logger.Warn("drop client presence", "err", err)
+	}
+	if userConns != nil {
+		userConns.stopped.Store(true)
+	}
+	if err := st.UserConnectionsDeleteInstance(final, cfg.InstanceID); err != nil {
+		logger.Warn("drop connection counts", "err", err)
 	}
 	prb.Stop()
 	tools.Stop()

@@ -161,6 +161,86 @@ type Queries interface {
 	// there first (so processes starting together agree on one).
 	SettingPutIfAbsent(ctx context.Context, name, value string, at int64) (string, error)
 
+	// Governance (issue 14, DESIGN §15; rows in governance.go).
+	// AuditInsert appends an audit row; AuditList pages through them,
+	// newest first.
+	AuditInsert(ctx context.Context, p *AuditInsertParams) (*AuditEntry, error)
+	AuditList(ctx context.Context, p *AuditListParams) ([]*AuditEntry, error)
+	// User keys (hashed). UserKeyInsert: ErrConflict on a taken id or hash.
+	// UserKeyDelete returns the deleted key; ErrNotFound when userID has no
+	// key keyID.
+	UserKeyInsert(ctx context.Context, k *UserKey) error
+	UserKeyList(ctx context.Context, userID string) ([]*UserKey, error)
+	UserKeyDelete(ctx context.Context, userID, keyID string) (*UserKey, error)
+	UserKeyGetByHash(ctx context.Context, keyHash string) (*UserKey, error)
+	// AgentKeyGraceSet keeps a rotated agent key valid until p.ExpiresAt
+	// (and forgets the agent's expired ones); AgentKeyGraceGet returns the
+	// agent a key in its grace period belongs to, ErrNotFound otherwise;
+	// AgentKeyGraceDelete forgets an agent's (deleted) keys.
+	AgentKeyGraceSet(ctx context.Context, p *AgentKeyGraceParams) error
+	AgentKeyGraceGet(ctx context.Context, keyHash string, now int64) (agentID string, expiresAt int64, err error)
+	AgentKeyGraceDelete(ctx context.Context, agentID string) error
+	// RateTake takes tokens from a shared token bucket in one atomic
+	// statement (replicas share rate limits through it);
+	// RateBucketsPrune deletes buckets untouched since before (they are
+	// full again, the same as absent).
+	RateTake(ctx context.Context, p *RateTakeParams) (*RateTaken, error)
+	RateBucketsPrune(ctx context.Context, before int64) (int, error)
+	// WebSocket connections per user across replicas (store.Store: each
+	// runs its own transaction, serialised per user). Admit reports
+	// whether the connection was counted and how many the user holds;
+	// Leave uncounts one; DeleteInstance forgets a process's connections.
+	UserConnectionAdmit(ctx context.Context, p *UserConnectionAdmitParams) (admitted bool, current int, err error)
+	UserConnectionLeave(ctx context.Context, userID, instanceID string) error
+	UserConnectionsDeleteInstance(ctx context.Context, instanceID string) error
+	// Retention (store.Store: each batch is its own short statement, so a
+	// purge never holds SQLite's writer long). SessionListByAge pages
+	// through old sessions; SessionActivityGet says whether one may go.
+	// SessionPurgeBegin decides (see its params); SessionPurgeBatch deletes
+	// up to limit rows of one of the session's tables per statement, table
+	// after table, and reports done when nothing is left but the session
+	// row; SessionPurgeFinish deletes that row and keeps the purge record
+	// as a tombstone (in the caller's transaction, with its audit row).
+	// SessionPurging reports, under the session row's lock (PostgreSQL),
+	// whether a purge holds the id or its tombstone does: a run's start
+	// asks. SessionTombstonesPrune frees ids deleted before before.
+	// SessionPurgesStale lists purges whose owner went quiet before
+	// staleBefore; SessionPurgeClaim takes one over.
+	SessionListByAge(ctx context.Context, p *SessionListByAgeParams) ([]*Session, error)
+	SessionActivityGet(ctx context.Context, sessionID string) (*SessionActivity, error)
+	SessionPurgeBegin(ctx context.Context, p *SessionPurgeBeginParams) error
+	SessionPurgeBatch(ctx context.Context, sessionID string, limit int) (SessionPurgeCounts, bool, error)
+	SessionPurgeFinish(ctx context.Context, sessionID string, at int64) error
+	SessionTombstonesPrune(ctx context.Context, before int64) (int, error)
+	SessionPurging(ctx context.Context, sessionID string) (bool, error)
+	SessionPurgesStale(ctx context.Context, staleBefore int64, limit int) ([]*SessionPurge, error)
+	SessionPurgeClaim(ctx context.Context, cur *SessionPurge, owner string, at int64) error
+	// EventsDeleteBefore deletes, oldest first, up to limit events of a
+	// session with seq up to the last one stamped before ts (a prefix, so
+	// what remains has no gaps); it returns how many went.
+	EventsDeleteBefore(ctx context.Context, sessionID string, ts int64, limit int) (int, error)
+	// SessionActiveRuns lists a session's runs that have not ended.
+	SessionActiveRuns(ctx context.Context, sessionID string) ([]*Run, error)
+	// Run caps and the queue (governance.go). UserLock and
+	// RunAdmissionLock hold, until the transaction ends, the row that
+	// serialises a user's starts and every start or admission under the
+	// global cap (PostgreSQL; SQLite's writer serialises already).
+	// RunUserActiveRoots counts a user's root runs that have not ended
+	// (queued ones included), RunQueueCounts the root runs running and
+	// queued; both leave out exceptRunID. RunEnqueue makes a run just
+	// inserted QUEUED; RunQueueHead lists the queue, first in first;
+	// RunAdmit moves a queued run to RUNNING (ErrConflict with the current
+	// row otherwise); RunQueuePositionSet records a told position, guarded
+	// on the queued run still having the old one.
+	UserLock(ctx context.Context, userID string) error
+	RunAdmissionLock(ctx context.Context) error
+	RunUserActiveRoots(ctx context.Context, userID, exceptRunID string) (int, error)
+	RunQueueCounts(ctx context.Context, exceptRunID string) (running, queued int, err error)
+	RunEnqueue(ctx context.Context, runID string, at int64, position int) error
+	RunQueueHead(ctx context.Context, limit int) ([]*QueuedRun, error)
+	RunAdmit(ctx context.Context, p *RunAdmitParams) (*Run, error)
+	RunQueuePositionSet(ctx context.Context, runID string, from, to int) (bool, error)
+
 	// EventsNotify tells other processes that sessions got events. In a
 	// transaction it is sent only on commit (PostgreSQL NOTIFY); on SQLite,
 	// where one process owns the file, it does nothing.
@@ -199,8 +279,11 @@ type SessionCreateParams struct {
 	Metadata  json.RawMessage
 }
 
-// Run statuses (DESIGN §8).
+// Run statuses (DESIGN §8, §15).
 const (
+	// RunQueued: a root run waiting for a slot under the global cap on
+	// active runs; not yet started (its agent has not been invoked).
+	RunQueued                = "QUEUED"
 	RunRunning               = "RUNNING"
 	RunPausedWaitingApproval = "PAUSED_WAITING_APPROVAL"
 	RunPausedWaitingTool     = "PAUSED_WAITING_TOOL"
@@ -214,7 +297,7 @@ const (
 )
 
 // RunActiveStatuses are the non-terminal run states.
-var RunActiveStatuses = []string{RunRunning, RunPausedWaitingApproval, RunPausedWaitingTool}
+var RunActiveStatuses = []string{RunQueued, RunRunning, RunPausedWaitingApproval, RunPausedWaitingTool}
 
 // RunIsTerminal reports whether status is DONE, FAILED, CANCELLED or
 // INPUT_REQUIRED.

@@ -109,6 +109,11 @@ type Definition struct {
 	OnFailure string `json:"on_failure" yaml:"on_failure"`
 	// Agents lists the agent ids allowed to call the tool; empty means every agent.
 	Agents []string `json:"agents,omitempty" yaml:"agents"`
+	// Redact names argument paths ("card.number", "cards.*.cvv") whose
+	// values the platform replaces with "[redacted]" in everything it
+	// records or shows (DESIGN §15); the tool itself still gets them.
+	// Server and MCP tools only. See redact.go.
+	Redact []string `json:"redact,omitempty" yaml:"redact"`
 }
 
 // Policy is a default decision and conditional rules over a call. Rules are
@@ -196,6 +201,7 @@ func Compile(d Definition) (*Tool, error) {
 	d.Parameters = slices.Clone(d.Parameters)
 	d.Agents = slices.Clone(d.Agents)
 	d.Policy.Rules = slices.Clone(d.Policy.Rules)
+	d.Redact = slices.Clone(d.Redact)
 
 	if err := checkName(d.Name, d.Kind); err != nil {
 		return nil, err
@@ -281,6 +287,10 @@ func Compile(d Definition) (*Tool, error) {
 		if a == "" || len(a) > MaxNameLen {
 			return nil, invalid(fmt.Sprintf("agents[%d]", i), nil, "must be an agent id of 1-%d characters", MaxNameLen)
 		}
+	}
+
+	if err := checkRedact(d.Kind, d.Redact); err != nil {
+		return nil, err
 	}
 
 	rules, err := compilePolicy(&d.Policy)

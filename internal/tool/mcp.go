@@ -74,6 +74,9 @@ func MCPDefinition(server string, defaults MCPDefaults, listed MCPListedTool, ov
 	if len(override.Agents) > 0 {
 		d.Agents = slices.Clone(override.Agents)
 	}
+	if len(override.Redact) > 0 {
+		d.Redact = slices.Clone(override.Redact)
+	}
 	return d
 }
 
@@ -103,6 +106,7 @@ func CheckMCPOverride(d Definition) (Definition, error) {
 	}
 	d.Agents = slices.Clone(d.Agents)
 	d.Policy.Rules = slices.Clone(d.Policy.Rules)
+	d.Redact = slices.Clone(d.Redact)
 	return d, nil
 }
 

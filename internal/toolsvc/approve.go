@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/agentplane/agentplane/internal/audit"
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/store"
 )
@@ -66,6 +67,17 @@ func (s *Service) Decide(ctx context.Context, p DecideParams) (*store.Approval, 
 		by = "admin"
 	}
 
+	// Who decided, for the audit log: the client's user over WebSocket,
+	// the caller's key over HTTP.
+	actor := audit.ActorFrom(ctx)
+	switch {
+	case actor != "":
+	case p.UserID != "":
+		actor = audit.User(p.UserID)
+	default:
+		actor = audit.Admin
+	}
+
 	var decided, current *store.Approval
 	_, err = s.commit(ctx, a.SessionID, a.RunID, func(st *step) error {
 		decided, current = nil, nil
@@ -94,6 +106,12 @@ func (s *Service) Decide(ctx context.Context, p DecideParams) (*store.Approval, 
 		}
 		decided = d
 		st.event(eventlog.TypeApprovalDecision, decisionPayload(d, st.at))
+		if err := audit.WriteAs(st.ctx, st.q, actor, audit.ApprovalDecide, d.ApprovalID, map[string]any{
+			"decision": strings.ToLower(d.Status), "decided_by": d.DecidedBy, "reason": d.Reason,
+			"tool_call_id": d.ToolCallID, "tool_name": d.ToolName, "run_id": d.RunID, "session_id": d.SessionID,
+		}); err != nil {
+			return err
+		}
 		c, err := st.q.ToolCallGet(st.ctx, d.ToolCallID)
 		if err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -36,6 +37,19 @@ func (s *Service) startExec(c *store.ToolCall) {
 func (s *Service) execute(ctx context.Context, c *store.ToolCall) {
 	log := s.opts.Logger.With("tool_call_id", c.ToolCallID, "tool_name", c.ToolName, "run_id", c.RunID, "session_id", c.SessionID)
 	rec := recordOf(c)
+	args := s.argsFor(c, rec)
+	if args == nil {
+		// A redacted call whose real args this process does not hold.
+		if s.holderAlive(ctx, rec) {
+			// The holder sends it (it hears of the dispatch); should it die
+			// first, the call must not wait for its deadline.
+			s.watchHolder(ctx, c, rec, log)
+			return
+		}
+		s.failUnsent(ctx, c, log)
+		return
+	}
+	defer s.held.drop(c.ToolCallID)
 	var claimed *store.ToolCall
 	_, err := s.commit(ctx, c.SessionID, c.RunID, func(st *step) error {
 		claimed = nil
@@ -64,9 +78,9 @@ func (s *Service) execute(ctx context.Context, c *store.ToolCall) {
 	var result, errJSON json.RawMessage
 	switch claimed.Kind {
 	case store.ToolKindMCP:
-		status, result, errJSON = s.callMCP(rctx, claimed)
+		status, result, errJSON = s.callMCP(rctx, claimed, args)
 	default:
-		status, result, errJSON = s.post(rctx, claimed, rec.Endpoint)
+		status, result, errJSON = s.post(rctx, claimed, rec.Endpoint, args)
 	}
 	if ctx.Err() != nil {
 		// Shutting down: the deadline (or the run's end) settles the call.
@@ -84,9 +98,49 @@ func (s *Service) execute(ctx context.Context, c *store.ToolCall) {
 	}
 }
 
-// post sends the call to its endpoint and classifies the answer.
-func (s *Service) post(ctx context.Context, c *store.ToolCall, endpoint string) (status string, result, errJSON json.RawMessage) {
-	body, _ := json.Marshal(map[string]any{"tool_call_id": c.ToolCallID, "run_id": c.RunID, "tool_name": c.ToolName, "args": c.Args})
+// watchHolder waits while the process holding c's real arguments lives and
+// c stays dispatched (the holder claims it); when the holder dies first, c
+// is failed as unsendable.
+func (s *Service) watchHolder(ctx context.Context, c *store.ToolCall, rec policyRecord, log *slog.Logger) {
+	t := time.NewTicker(heldCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cur, err := s.st.ToolCallGet(ctx, c.ToolCallID)
+		if err != nil || cur.Status != store.ToolCallDispatched {
+			return
+		}
+		if !s.holderAlive(ctx, rec) {
+			s.failUnsent(ctx, cur, log)
+			return
+		}
+	}
+}
+
+// failUnsent ends a dispatched redacted call nobody can send: the process
+// that held its real arguments is gone (redact.go). It was never sent.
+func (s *Service) failUnsent(ctx context.Context, c *store.ToolCall, log *slog.Logger) {
+	msg := "the call's redacted arguments were kept only in the memory of the agentplane process that created it, which is gone; the call was not sent"
+	_, err := s.commit(ctx, c.SessionID, c.RunID, func(st *step) error {
+		_, err := st.finish(c, []string{store.ToolCallDispatched}, store.ToolCallFailed, nil, errorJSON("args_unavailable", msg, nil), 0)
+		if errors.Is(err, store.ErrConflict) {
+			return nil // claimed, cancelled or timed out meanwhile
+		}
+		return err
+	})
+	if err != nil {
+		log.Error("fail a redacted call without its arguments", "err", err)
+	}
+}
+
+// post sends the call, with args (the real ones of a redacted call), to
+// its endpoint and classifies the answer.
+func (s *Service) post(ctx context.Context, c *store.ToolCall, endpoint string, args json.RawMessage) (status string, result, errJSON json.RawMessage) {
+	body, _ := json.Marshal(map[string]any{"tool_call_id": c.ToolCallID, "run_id": c.RunID, "tool_name": c.ToolName, "args": args})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
 	if err != nil {
 		return store.ToolCallFailed, nil, errorJSON("tool_unreachable", "bad endpoint: "+err.Error(), nil)

@@ -103,15 +103,27 @@ func (s *Service) Invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 	if p.TimeoutMS > 0 {
 		timeout = p.TimeoutMS
 	}
-	rec, _ := json.Marshal(policyRecord{Decision: decision.Decision, Rule: decision.Rule, Expr: decision.Expr, Endpoint: t.Def.Endpoint, OnFailure: t.Def.OnFailure, Agent: target})
 	callID, approvalID := ids.New("tc"), ids.New("ap")
+	pr := policyRecord{Decision: decision.Decision, Rule: decision.Rule, Expr: decision.Expr, Endpoint: t.Def.Endpoint, OnFailure: t.Def.OnFailure, Agent: target}
+	// Redaction: what is stored and shown has "[redacted]" at the tool's
+	// paths; the real args stay in this process's memory until the call is
+	// sent (redact.go). They are held before the commit, which may start
+	// the call at once. The idempotency hash is of the real args.
+	stored := canonical
+	if t.Redacts() {
+		if stored, pr.ArgsRedacted = t.RedactArgs(canonical); pr.ArgsRedacted {
+			pr.ArgsHeldBy, pr.ArgsHolder = s.opts.InstanceID, s.log.Origin()
+			s.held.put(callID, run.SessionID, canonical)
+		}
+	}
+	rec, _ := json.Marshal(pr)
 
 	var existing *store.ToolCall
 	_, err = s.commit(ctx, run.SessionID, run.RunID, func(st *step) error {
 		existing = nil
 		c, err := st.q.ToolCallInsert(st.ctx, &store.ToolCallInsertParams{
 			ToolCallID: callID, RunID: run.RunID, SessionID: run.SessionID, AgentID: p.AgentID,
-			ToolName: t.Def.Name, Kind: t.Def.Kind, Args: canonical, IdempotencyKey: p.IdempotencyKey,
+			ToolName: t.Def.Name, Kind: t.Def.Kind, Args: stored, IdempotencyKey: p.IdempotencyKey,
 			ArgsHash: hash, TimeoutMS: timeout, At: st.at,
 		})
 		if errors.Is(err, store.ErrDuplicate) {
@@ -121,7 +133,7 @@ func (s *Service) Invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 		if err != nil {
 			return err
 		}
-		if store.RunIsTerminal(st.run.Status) {
+		if store.RunIsTerminal(st.run.Status) || st.run.Status == store.RunQueued { // a queued run's agent has not been invoked
 			return errRunEnded
 		}
 		created := map[string]any{"tool_call_id": c.ToolCallID, "tool_name": c.ToolName, "kind": c.Kind, "args": c.Args, "timeout_ms": c.TimeoutMS}
@@ -153,6 +165,11 @@ func (s *Service) Invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 			return err
 		}
 	})
+	if err != nil || existing != nil {
+		s.held.drop(callID) // no call of that id was created
+	} else {
+		s.held.commit(callID)
+	}
 	if errors.Is(err, errRunEnded) {
 		return nil, ErrRunNotActive
 	}

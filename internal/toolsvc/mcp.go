@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/agentplane/agentplane/internal/audit"
 	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/tool"
@@ -227,7 +228,21 @@ func (s *Service) putMCPOverride(ctx context.Context, d tool.Definition) (*ToolI
 	if err != nil {
 		return nil, false, err
 	}
-	row, created, err := s.st.ToolPut(ctx, &store.ToolPutParams{Name: d.Name, Definition: raw, At: s.now()})
+	var row *store.ToolRow
+	var created bool
+	err = s.st.InTx(ctx, func(tx store.Queries) error {
+		if audit.ActorFrom(ctx) == audit.Config {
+			if cur, err := tx.ToolGet(ctx, d.Name); err == nil && string(cur.Definition) == string(raw) {
+				row, created = cur, false
+				return nil // the config file applied again: nothing changed
+			}
+		}
+		var err error
+		if row, created, err = tx.ToolPut(ctx, &store.ToolPutParams{Name: d.Name, Definition: raw, At: s.now()}); err != nil {
+			return err
+		}
+		return audit.Write(ctx, tx, audit.ToolPut, d.Name, map[string]any{"created": created, "kind": tool.KindMCP, "policy": d.Policy.Decision})
+	})
 	if err != nil {
 		return nil, false, err
 	}

@@ -21,7 +21,7 @@ const progressEvery = time.Second
 // server's session, bound to the call's deadline (ctx) and to the call
 // itself (ended elsewhere, it is cancelled on the server too). Progress the
 // server reports is recorded as tool_progress events.
-func (s *Service) callMCP(ctx context.Context, c *store.ToolCall) (status string, result, errJSON json.RawMessage) {
+func (s *Service) callMCP(ctx context.Context, c *store.ToolCall, args json.RawMessage) (status string, result, errJSON json.RawMessage) {
 	src := s.registry.mcpSource()
 	server, name, ok := tool.SplitMCPName(c.ToolName)
 	if src == nil || !ok {
@@ -33,7 +33,7 @@ func (s *Service) callMCP(ctx context.Context, c *store.ToolCall) (status string
 	defer s.inflight.remove(c.ToolCallID)
 
 	p := &progressRecorder{s: s, c: c}
-	res, err := src.CallMCP(ctx, MCPCall{Server: server, Tool: name, Args: c.Args, ProgressToken: c.ToolCallID, OnProgress: p.record})
+	res, err := src.CallMCP(ctx, MCPCall{Server: server, Tool: name, Args: args, ProgressToken: c.ToolCallID, OnProgress: p.record})
 	switch {
 	case err == nil:
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):

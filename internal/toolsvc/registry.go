@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/agentplane/agentplane/internal/agent"
+	"github.com/agentplane/agentplane/internal/audit"
 	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/tool"
@@ -116,7 +117,24 @@ func (s *Service) PutTool(ctx context.Context, d tool.Definition) (*ToolInfo, bo
 	if err != nil {
 		return nil, false, err
 	}
-	row, created, err := s.st.ToolPut(ctx, &store.ToolPutParams{Name: t.Def.Name, Definition: def, At: s.now()})
+	var row *store.ToolRow
+	var created bool
+	// The change and its audit row commit together (DESIGN §15).
+	err = s.st.InTx(ctx, func(tx store.Queries) error {
+		if audit.ActorFrom(ctx) == audit.Config {
+			// The config file is applied at every start: a definition it
+			// already stored is left alone, and not audited again.
+			if cur, err := tx.ToolGet(ctx, t.Def.Name); err == nil && string(cur.Definition) == string(def) {
+				row, created = cur, false
+				return nil
+			}
+		}
+		var err error
+		if row, created, err = tx.ToolPut(ctx, &store.ToolPutParams{Name: t.Def.Name, Definition: def, At: s.now()}); err != nil {
+			return err
+		}
+		return audit.Write(ctx, tx, audit.ToolPut, t.Def.Name, map[string]any{"created": created, "kind": t.Def.Kind, "policy": t.Def.Policy.Decision})
+	})
 	if err != nil {
 		return nil, false, err
 	}
@@ -203,7 +221,13 @@ func (s *Service) toolInfos(rows []*store.ToolRow, withMCP bool) []*ToolInfo {
 // DeleteTool removes a tool, or an MCP tool's override. Calls already made
 // keep running under the definition they started with.
 func (s *Service) DeleteTool(ctx context.Context, name string) error {
-	err := s.st.ToolDelete(ctx, tool.CanonicalName(name))
+	name = tool.CanonicalName(name)
+	err := s.st.InTx(ctx, func(tx store.Queries) error {
+		if err := tx.ToolDelete(ctx, name); err != nil {
+			return err
+		}
+		return audit.Write(ctx, tx, audit.ToolDelete, name, nil)
+	})
 	if errors.Is(err, store.ErrNotFound) {
 		return ErrToolNotFound
 	}

@@ -70,6 +70,11 @@ type Options struct {
 	// InlineWait bounds how long invoke waits for an allowed server tool
 	// before answering pending. Default 30 s.
 	InlineWait time.Duration
+	// InstanceID names this process's instance; with StaleAfter (default
+	// 30 s, the run manager's) it tells other replicas whether the holder
+	// of a redacted call's real arguments is alive (redact.go).
+	InstanceID string
+	StaleAfter time.Duration
 }
 
 // Service is the tool-call orchestrator of one process.
@@ -82,6 +87,7 @@ type Service struct {
 	agentTools agentTools
 	waiters    *waiters
 	inflight   mcpInflight
+	held       heldArgs // real args of redacted calls (redact.go)
 
 	execCtx    context.Context
 	execCancel context.CancelFunc
@@ -119,6 +125,9 @@ func New(log *eventlog.Log, opts Options) *Service {
 	}
 	if opts.InlineWait <= 0 {
 		opts.InlineWait = 30 * time.Second
+	}
+	if opts.StaleAfter <= 0 {
+		opts.StaleAfter = 30 * time.Second
 	}
 	s := &Service{log: log, st: log.Store(), opts: opts, waiters: newWaiters()}
 	s.registry.st = s.st
@@ -171,4 +180,8 @@ func (s *Service) Stop() {
 // remoteMoved wakes long-polls of sessions another process changed.
 func (s *Service) remoteMoved(sessionIDs []string) {
 	s.waiters.wakeSessions(sessionIDs)
+	if s.HeldArgs() > 0 {
+		// A redacted call of ours may have been approved over there.
+		go s.claimHeld(s.execCtx, sessionIDs)
+	}
 }

@@ -23,6 +23,11 @@ type policyRecord struct {
 	OnFailure string `json:"on_failure"`
 	// Agent is the agent a call_<agent> call runs.
 	Agent string `json:"agent,omitempty"`
+	// ArgsRedacted: the stored args are redacted; the real ones are held
+	// in memory by process ArgsHolder (instance ArgsHeldBy) — redact.go.
+	ArgsRedacted bool   `json:"args_redacted,omitempty"`
+	ArgsHeldBy   string `json:"args_held_by,omitempty"`
+	ArgsHolder   string `json:"args_holder,omitempty"`
 }
 
 func recordOf(c *store.ToolCall) policyRecord {

@@ -16,6 +16,7 @@ func (s *Service) sweepLoop(ctx context.Context) {
 	defer close(s.bgDone)
 	t := time.NewTicker(s.opts.SweepInterval)
 	defer t.Stop()
+	var lastHeld time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -23,6 +24,10 @@ func (s *Service) sweepLoop(ctx context.Context) {
 		case <-t.C:
 			if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
 				s.opts.Logger.Warn("tool deadline sweep failed", "err", err)
+			}
+			if time.Since(lastHeld) >= heldCheckEvery && s.HeldArgs() > 0 {
+				lastHeld = time.Now()
+				s.claimHeld(ctx, nil)
 			}
 		}
 	}

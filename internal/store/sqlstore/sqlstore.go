@@ -57,6 +57,10 @@ func New(d *Dialect, write, read *sql.DB) *DB {
 	return &DB{queries: &queries{d: d, w: write, r: read}, d: d, write: write, read: read}
 }
 
+// SQL is the writer pool, for tests that inspect tables directly (row
+// counts per table) — never for the platform's own work.
+func (db *DB) SQL() *sql.DB { return db.write }
+
 // Dialect reports the database kind.
 func (db *DB) Dialect() string { return db.d.Name }
 
