@@ -48,6 +48,18 @@ type InvokeRequest struct {
 	InputMessage Message
 	// Messages is the session transcript the agent may use as context.
 	Messages []Message
+	// IntentionID is the run's intention; ResumesRunID the INPUT_REQUIRED
+	// run it answers, if any (DESIGN §12).
+	IntentionID  string
+	ResumesRunID string
+	// Protocol is how the agent is spoken to: "" or "agentplane" (this
+	// client), "a2a" (package a2aremote). Card is the stored A2A agent
+	// card; RemoteTaskID and RemoteContextID the remote A2A task a resumed
+	// run continues (and the context a new one joins).
+	Protocol        string
+	Card            json.RawMessage
+	RemoteTaskID    string
+	RemoteContextID string
 	// Paused, when set, excuses silence: a timeout that fires while it
 	// reports true is re-armed instead, because the agent is waiting on the
 	// platform (an approval, a client tool) rather than stuck. It runs on a
@@ -55,17 +67,33 @@ type InvokeRequest struct {
 	Paused func() bool
 }
 
-// StreamEvent is one delta or state event from the agent, in stream order.
+// StreamEvent is one delta or state event from the agent, in stream order,
+// or (type "remote_task", A2A agents only) the remote task the run is
+// talking to, which the run records so a resumed run continues it.
 type StreamEvent struct {
-	Type   string // "delta" or "state"
+	Type   string // "delta", "state" or "remote_task"
 	Text   string // delta text
 	State  string // state name
 	Detail json.RawMessage
+	// RemoteTaskID and RemoteContextID (remote_task).
+	RemoteTaskID    string
+	RemoteContextID string
 }
 
-// Result is what an agent's `event: done` carries.
+// Result is how the agent's turn ended: `event: done` (with its usage), or
+// `event: input_required` (InputRequired set).
 type Result struct {
 	Usage json.RawMessage // nil when the agent sent none
+	// InputRequired is set when the agent ended its turn asking the user
+	// (DESIGN §12).
+	InputRequired *InputRequest
+}
+
+// InputRequest is what an agent asked when it ended its turn with
+// `event: input_required`.
+type InputRequest struct {
+	Question string
+	Detail   json.RawMessage // nil when none
 }
 
 // Client invokes agents (DESIGN §5). The zero value is ready to use; a Client
@@ -120,6 +148,8 @@ type invokeBody struct {
 	InputMessage Message       `json:"input_message"`
 	Messages     []Message     `json:"messages"`
 	Context      invokeContext `json:"context"`
+	IntentionID  string        `json:"intention_id,omitempty"`
+	ResumesRunID string        `json:"resumes_run_id,omitempty"`
 }
 
 type invokeContext struct {
@@ -128,7 +158,9 @@ type invokeContext struct {
 
 // Invoke runs one agent turn: it POSTs the request to endpoint+"/invoke" and
 // reads the agent's event stream, calling h for every delta and state event
-// in order. It returns the Result of `event: done`.
+// in order. It returns the Result of `event: done`, or of
+// `event: input_required`: that ends the agent's turn, and the request is
+// closed at once whatever the agent sends after it.
 //
 // Errors: an error returned by h aborts the invoke and is returned as is; if
 // ctx ends, the agent's request is closed at once and the error wraps
@@ -152,6 +184,8 @@ func (c *Client) Invoke(ctx context.Context, endpoint string, req InvokeRequest,
 		InputMessage: req.InputMessage,
 		Messages:     msgs,
 		Context:      invokeContext{UserID: req.UserID},
+		IntentionID:  req.IntentionID,
+		ResumesRunID: req.ResumesRunID,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("agent: encode invoke body: %w", err)
@@ -243,6 +277,18 @@ func decodeEvent(ev SSEEvent) (*StreamEvent, *Result, error) {
 			}
 		}
 		return nil, &Result{Usage: nonNull(d.Usage)}, nil
+	case "input_required":
+		var d struct {
+			Question *string         `json:"question"`
+			Detail   json.RawMessage `json:"detail"`
+		}
+		if err := decodeObject(ev.Data, &d); err != nil {
+			return nil, nil, protocolError(err, "bad input_required event")
+		}
+		if d.Question == nil || strings.TrimSpace(*d.Question) == "" {
+			return nil, nil, protocolError(nil, "input_required event without a question")
+		}
+		return nil, &Result{InputRequired: &InputRequest{Question: *d.Question, Detail: nonNull(d.Detail)}}, nil
 	case "error":
 		return nil, nil, agentError(ev.Data)
 	case "":

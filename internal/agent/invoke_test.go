@@ -702,3 +702,60 @@ func TestInvokeTimeoutsExcusedWhilePaused(t *testing.T) {
 		})
 	}
 }
+
+// TestInvokeInputRequired: `event: input_required` ends the agent's turn
+// with its question (issue 10): Invoke returns at once, closes the request
+// whatever the agent sends after it, and sends intention_id and
+// resumes_run_id in the body; a question that is missing or empty is a
+// protocol error.
+func TestInvokeInputRequired(t *testing.T) {
+	gone := make(chan bool, 1)
+	var body map[string]any
+	srv := agentServer(t, func(w http.ResponseWriter, r *http.Request) {
+		json.NewDecoder(r.Body).Decode(&body)
+		startSSE(w)
+		send(w, "delta", `{"text":"hm"}`)
+		send(w, "input_required", `{"question":"Which city?","detail":{"k":1}}`)
+		send(w, "delta", `{"text":"ignored"}`)
+		gone <- waitGone(t, r)
+	})
+	var evs []StreamEvent
+	res, err := testClient(t).Invoke(context.Background(), srv.URL, InvokeRequest{RunID: "run_1", IntentionID: "int_1", ResumesRunID: "run_0"}, collect(&evs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.InputRequired == nil || res.InputRequired.Question != "Which city?" || string(res.InputRequired.Detail) != `{"k":1}` {
+		t.Fatalf("result %+v", res)
+	}
+	if len(evs) != 1 || evs[0].Text != "hm" {
+		t.Errorf("events %+v", evs)
+	}
+	if !<-gone {
+		t.Error("the request was not closed after input_required")
+	}
+	if body["intention_id"] != "int_1" || body["resumes_run_id"] != "run_0" {
+		t.Errorf("body %v", body)
+	}
+	for _, data := range []string{`{}`, `{"question":""}`, `{"question":7}`, `"Which city?"`} {
+		srv := agentServer(t, func(w http.ResponseWriter, r *http.Request) {
+			startSSE(w)
+			send(w, "input_required", data)
+		})
+		_, err := testClient(t).Invoke(context.Background(), srv.URL, InvokeRequest{RunID: "run_1"}, collect(&evs))
+		if code := invokeCode(t, err); code != CodeAgentProtocolError {
+			t.Errorf("input_required %s: %s, want agent_protocol_error", data, code)
+		}
+	}
+	// Without intention fields the body carries none.
+	srv2 := agentServer(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(b), "resumes_run_id") {
+			t.Errorf("body %s names resumes_run_id", b)
+		}
+		startSSE(w)
+		send(w, "done", `{}`)
+	})
+	if _, err := testClient(t).Invoke(context.Background(), srv2.URL, InvokeRequest{RunID: "run_1"}, collect(&evs)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -90,6 +90,10 @@ type AgentSpec struct {
 	Capabilities []string `yaml:"capabilities"`
 	LinkedAgents []string `yaml:"linked_agents"`
 	SubAgentEcho string   `yaml:"sub_agent_echo"`
+	// A2A serves the agent over A2A; Protocol "a2a" registers a remote A2A
+	// agent (DESIGN §12).
+	A2A      bool   `yaml:"a2a"`
+	Protocol string `yaml:"protocol"`
 }
 
 // Roles accepted by --role.

@@ -11,6 +11,10 @@
 // asks a human for approval above 100, or the MCP tools
 // demo_mcp@lookup_order and demo_mcp@refund (every refund needs an approval).
 // team.go adds a planner that calls two worker agents the same way (issue 9).
+// Asked for the weather without a city, the agents ask back "Which city?"
+// (input required, issue 10) and the answer resumes the intention; a
+// worker's question reaches the user through the planner the same way.
+// a2a.go is a remote A2A agent (a currency converter) linked to the planner.
 package demo
 
 import (
@@ -132,7 +136,7 @@ func (a *Agent) reply(ctx context.Context, req *agentplane.Request, s agentplane
 		prompt = systemPrompt
 	}
 	msgs := []chatMessage{{Role: "system", Content: ptr(prompt)}}
-	for _, m := range req.Messages {
+	for _, m := range answeredMessages(req) {
 		msgs = append(msgs, chatMessage{Role: m.Role, Content: ptr(m.Content)})
 	}
 	var usage usageTotal

@@ -25,6 +25,11 @@ func callTool(ctx context.Context, c *agentplane.Client, s agentplane.Stream, ca
 	if !json.Valid(args) {
 		return errorContent("invalid_args", "the arguments are not JSON: "+call.Function.Arguments), nil
 	}
+	if name == ToolWeather && cityMissing(args) {
+		// Which city? The demo agents ask the user rather than guess
+		// (DESIGN §12): the run ends INPUT_REQUIRED and the answer resumes it.
+		return "", &agentplane.InputRequiredError{Question: CityQuestion}
+	}
 	if err := s.State("calling_tool", map[string]any{"tool": name, "args": args}); err != nil {
 		return "", err
 	}
@@ -52,7 +57,15 @@ func callTool(ctx context.Context, c *agentplane.Client, s agentplane.Stream, ca
 		// Another agent's answer ({output, run_id, usage}): the model needs
 		// what it said, as a planner reads a colleague's report.
 		var r struct {
-			Output *string `json:"output"`
+			Output   *string `json:"output"`
+			Status   string  `json:"status"`
+			Question string  `json:"question"`
+		}
+		if json.Unmarshal(res, &r) == nil && r.Status == "input_required" && r.Question != "" {
+			// The agent asked back: this demo's agents pass the question
+			// on to the user; the answer resumes this run's intention, and
+			// calling that agent again in it resumes its question.
+			return "", &agentplane.InputRequiredError{Question: r.Question}
 		}
 		if json.Unmarshal(res, &r) == nil && r.Output != nil {
 			return *r.Output, nil
@@ -91,4 +104,35 @@ func mcpToolMessage(res json.RawMessage) string {
 func errorContent(code, message string) string {
 	b, _ := json.Marshal(map[string]any{"error": map[string]string{"code": code, "message": message}})
 	return string(b)
+}
+
+// CityQuestion is what the demo agents ask when the weather is wanted
+// without a city.
+const CityQuestion = "Which city?"
+
+// cityMissing reports whether demo.weather's arguments name no city: none,
+// or what a model passes when the message has none (the built-in model
+// takes the whole message, "What's the weather?").
+func cityMissing(args json.RawMessage) bool {
+	var a struct {
+		City string `json:"city"`
+	}
+	_ = json.Unmarshal(args, &a)
+	c := strings.ToLower(strings.TrimSpace(a.City))
+	return c == "" || strings.Contains(c, "weather") || strings.Contains(c, "?")
+}
+
+// answeredMessages folds the user's answer to the demo's city question into
+// the request it answers ("Paris" → "What's the weather in Paris?"), so the
+// model — the built-in one reads only the last message — calls the tool
+// with it. Other messages are left as they are.
+func answeredMessages(req *agentplane.Request) []agentplane.Message {
+	msgs := append([]agentplane.Message(nil), req.Messages...)
+	n := len(msgs)
+	if req.ResumesRunID == "" || n < 2 || msgs[n-2].Role != "assistant" || msgs[n-2].Content != CityQuestion || msgs[n-1].Role != "user" {
+		return msgs
+	}
+	city := strings.TrimRight(strings.TrimSpace(msgs[n-1].Content), ".!?")
+	msgs[n-1].Content = "What's the weather in " + city + "?"
+	return msgs
 }

@@ -16,10 +16,11 @@ import (
 //   - "payments", offered demo.transfer (over 100 it waits for a human's
 //     approval — inside a child run, so the chat page shows the approval in
 //     that child's card);
-//   - "planner", whose linked_agents are the two workers: its tools are
-//     call_weather and call_payments (GET /v1/tools?run_id=), so each call
+//   - "planner", whose linked_agents are the two workers and the remote
+//     A2A currency converter (a2a.go): its tools are call_weather,
+//     call_payments and call_currency (GET /v1/tools?run_id=), so each call
 //     its model makes is a child run of the planner's run, in the same
-//     session.
+//     session (call_currency's speaks A2A to the converter).
 //
 // With the built-in upstream the planner's model calls the workers in turn
 // and then sums their answers up (internal/fakellm: the next matching tool
@@ -66,7 +67,7 @@ func ListenTeam() (*Team, error) {
 		{Member{AgentID: WeatherID, Name: "Weather researcher", Description: "Looks up the current weather of a city (made-up data)."}, weatherPrompt},
 		{Member{AgentID: PaymentsID, Name: "Payments agent", Description: "Sends money to someone; transfers over 100 wait for a human's approval."}, paymentsPrompt},
 		{Member{AgentID: PlannerID, Name: "Trip planner", Description: "Plans a request in steps and hands each step to the agent that can do it.",
-			LinkedAgents: []string{WeatherID, PaymentsID}}, plannerPrompt},
+			LinkedAgents: []string{WeatherID, PaymentsID, CurrencyID}}, plannerPrompt},
 	}
 	t := &Team{}
 	for _, sp := range specs {

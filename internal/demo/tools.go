@@ -78,7 +78,7 @@ func toolDefinitions(toolsURL string) map[string]toolDefinition {
 		ToolWeather: {
 			Kind:        "server",
 			Description: "Current weather or forecast for a city (made-up data, but the same city always gets the same answer).",
-			Parameters:  json.RawMessage(`{"type":"object","properties":{"city":{"type":"string","minLength":1,"maxLength":100,"description":"City name, e.g. Paris","default":"Paris"}},"required":["city"],"additionalProperties":false}`),
+			Parameters:  json.RawMessage(`{"type":"object","properties":{"city":{"type":"string","minLength":1,"maxLength":100,"description":"City name, e.g. Paris"}},"required":["city"],"additionalProperties":false}`),
 			Endpoint:    base + "/weather",
 			Policy:      toolPolicy{Decision: "allow"},
 			TimeoutMS:   10_000,

@@ -51,7 +51,7 @@ func TestBrowserPlannerSubAgents(t *testing.T) {
 
 	prompts := evalIn[[]string](p, `Array.from(document.querySelectorAll('#suggestions button[data-prompt]:not([hidden])')).map(function (b) { return b.dataset.prompt; })`)
 	const prompt = "Plan my trip: weather in Paris, then send 250 to Bob"
-	if !slices.Equal(prompts, []string{prompt}) {
+	if !slices.Equal(prompts, []string{prompt, "Convert currency for the trip"}) {
 		t.Fatalf("the planner's page suggests %q", prompts)
 	}
 	p.do("click the planner's suggestion", chromedp.Click(`#suggestions button[data-prompt="`+prompt+`"]`))

@@ -79,7 +79,7 @@ func TestBrowserClientToolAndApproval(t *testing.T) {
 	p := openChat(t, browser, s.URL, "demo")
 
 	prompts := evalIn[[]string](p, `Array.from(document.querySelectorAll('#suggestions button[data-prompt]:not([hidden])')).map(function (b) { return b.dataset.prompt; })`)
-	if want := []string{"What's the weather in Paris?", "What time is it?", "Send 250 to Bob", "Look up order 1042"}; !slices.Equal(prompts, want) {
+	if want := []string{"What's the weather in Paris?", "What time is it?", "Send 250 to Bob", "Look up order 1042", "What's the weather?"}; !slices.Equal(prompts, want) {
 		t.Fatalf("the empty state suggests %q, want %q", prompts, want)
 	}
 

@@ -20,13 +20,13 @@ func TestDemoPlanner(t *testing.T) {
 		}
 		s := startDemoOn(t, dsn, nil)
 		out := s.output()
-		for _, line := range []string{`demo agent "weather" serving at`, `demo agent "payments" serving at`, `demo agent "planner" serving at`, "(calls weather, payments)", "or the planner: "} {
+		for _, line := range []string{`demo agent "weather" serving at`, `demo agent "payments" serving at`, `demo agent "planner" serving at`, "(calls weather, payments, currency)", "or the planner: "} {
 			if !strings.Contains(out, line) {
 				t.Errorf("the startup output lacks %q:\n%s", line, out)
 			}
 		}
 		code, ag := s.call("GET", "/v1/agents/planner", adminKey, nil)
-		if code != http.StatusOK || !slices.Equal(toStrings(ag["linked_agents"]), []string{"weather", "payments"}) {
+		if code != http.StatusOK || !slices.Equal(toStrings(ag["linked_agents"]), []string{"weather", "payments", "currency"}) {
 			t.Fatalf("planner: %d %v", code, ag)
 		}
 

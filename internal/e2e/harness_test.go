@@ -307,8 +307,9 @@ func (c *client) read(timeout time.Duration) (map[string]any, error) {
 	return m, nil
 }
 
-// untilEnd reads messages until the run ends (done, an error with a seq,
-// or the platform's CANCELLED state) and returns all of them.
+// untilEnd reads messages until the run ends (done, input_required, an
+// error with a seq, or the platform's CANCELLED state) and returns all of
+// them.
 func (c *client) untilEnd() []map[string]any {
 	c.t.Helper()
 	var got []map[string]any
@@ -323,7 +324,7 @@ func (c *client) untilEnd() []map[string]any {
 
 func isEnd(m map[string]any) bool {
 	switch m["type"] {
-	case "done":
+	case "done", "input_required":
 		return true
 	case "error":
 		return m["seq"] != nil

@@ -42,6 +42,17 @@ const (
 	TypeSubAgentError     = "sub_agent_error"      // {agent_id, code, message, duration_ms}
 )
 
+// Input required (issue 10, DESIGN §12). input_required is the terminal
+// event of a run whose agent ended its turn asking the user; clients get it
+// as input_required (a child's as sub_agent_complete with status
+// "input_required"). a2a_remote_task is trace only: the task and context
+// ids a remote A2A agent gave the run, so a run resuming it continues the
+// same remote task.
+const (
+	TypeInputRequired = "input_required"  // {question, detail?}
+	TypeA2ARemoteTask = "a2a_remote_task" // {agent_id, task_id, context_id}
+)
+
 // The run queue (issue 14, DESIGN §15): a root run started over the global
 // cap is queued (trace only; its client gets state QUEUED {position}) and
 // run_started comes when it is admitted.
@@ -51,7 +62,7 @@ const (
 
 // IsRunEnd reports whether typ is a run's terminal event.
 func IsRunEnd(typ string) bool {
-	return typ == TypeRunDone || typ == TypeRunFailed || typ == TypeRunCancelled
+	return typ == TypeRunDone || typ == TypeRunFailed || typ == TypeRunCancelled || typ == TypeInputRequired
 }
 
 // Sources of a state event (and of run_cancelled, which clients receive as

@@ -33,6 +33,12 @@ type RegisterRequest struct {
 	// when it runs as a child: aggregate (default), passthrough or off.
 	SubAgentEcho string `json:"sub_agent_echo"`
 	RotateKey    bool   `json:"rotate_key"`
+	// A2A serves the agent over A2A at /a2a/{agent_id} (DESIGN §12).
+	A2A bool `json:"a2a"`
+	// Protocol is how the platform speaks to the agent: "agentplane"
+	// (default, DESIGN §5) or "a2a" — a remote A2A agent whose endpoint is
+	// its card URL or base URL; the card is fetched and stored.
+	Protocol string `json:"protocol"`
 }
 
 // MaxAgentDescription bounds an agent's description, in bytes: it is sent
@@ -99,6 +105,22 @@ func (a *API) Register(ctx context.Context, req *RegisterRequest) (*RegisterResp
 	default:
 		return nil, respond.E(http.StatusBadRequest, "invalid_sub_agent_echo", `sub_agent_echo must be "aggregate", "passthrough" or "off"`)
 	}
+	var card json.RawMessage
+	switch req.Protocol {
+	case "", store.ProtocolAgentplane:
+		req.Protocol = store.ProtocolAgentplane
+	case store.ProtocolA2A:
+		if a.FetchCard == nil {
+			return nil, respond.E(http.StatusBadRequest, "invalid_protocol", "A2A agents are not supported by this server")
+		}
+		// The card is fetched through the SSRF-checked client, and every
+		// URL it lists must pass the same rules.
+		if card, err = a.FetchCard(ctx, req.Endpoint); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, respond.E(http.StatusBadRequest, "invalid_protocol", `protocol must be "agentplane" or "a2a"`)
+	}
 	if req.Name == "" {
 		req.Name = req.AgentID
 	}
@@ -132,6 +154,7 @@ func (a *API) Register(ctx context.Context, req *RegisterRequest) (*RegisterResp
 		if ag, err = tx.AgentUpsert(ctx, &store.AgentUpsertParams{
 			AgentID: req.AgentID, Name: req.Name, Description: req.Description, Endpoint: endpoint,
 			Capabilities: caps, LinkedAgents: linked, SubAgentEcho: req.SubAgentEcho, KeyHash: hash, At: now,
+			A2A: req.A2A, Protocol: req.Protocol, A2ACard: card,
 		}); err != nil {
 			return err
 		}
@@ -143,11 +166,12 @@ func (a *API) Register(ctx context.Context, req *RegisterRequest) (*RegisterResp
 		default:
 			action = audit.AgentUpdate
 			if audit.ActorFrom(ctx) == audit.Config && prev.Name == ag.Name && prev.Endpoint == ag.Endpoint && prev.Description == ag.Description &&
-				prev.SubAgentEcho == ag.SubAgentEcho && string(prev.Capabilities) == string(ag.Capabilities) && string(prev.LinkedAgents) == string(ag.LinkedAgents) {
+				prev.SubAgentEcho == ag.SubAgentEcho && string(prev.Capabilities) == string(ag.Capabilities) && string(prev.LinkedAgents) == string(ag.LinkedAgents) &&
+				prev.A2A == ag.A2A && prev.Protocol == ag.Protocol {
 				return nil // the config file applied again at a start: nothing changed
 			}
 		}
-		detail := map[string]any{"name": ag.Name, "endpoint": ag.Endpoint, "linked_agents": json.RawMessage(ag.LinkedAgents)}
+		detail := map[string]any{"name": ag.Name, "endpoint": ag.Endpoint, "linked_agents": json.RawMessage(ag.LinkedAgents), "a2a": ag.A2A, "protocol": ag.Protocol}
 		if action == audit.AgentRotateKey {
 			detail["old_key_grace_seconds"] = int64(grace.Seconds())
 		}

@@ -125,6 +125,7 @@ var childSSETypes = map[string]string{
 	eventlog.TypeRunDone:          "done",
 	eventlog.TypeRunFailed:        "error",
 	eventlog.TypeRunCancelled:     "error",
+	eventlog.TypeInputRequired:    "input_required",
 }
 
 // streamChild writes the child's events as SSE from its first one (a

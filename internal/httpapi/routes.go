@@ -5,6 +5,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"sync/atomic"
@@ -44,6 +45,10 @@ type API struct {
 	// rotate_key (limits.agent_key_grace_seconds; 0: none).
 	AgentKeyGrace time.Duration
 	MCP           *mcpclient.Manager
+	// FetchCard fetches and checks a remote A2A agent's card at
+	// registration (protocol "a2a"); nil refuses such agents. Its errors
+	// are *respond.Error.
+	FetchCard func(ctx context.Context, endpoint string) (json.RawMessage, error)
 	// Closing, when set, is done once the server shuts down: long-lived
 	// streams (events?follow=1) end then instead of holding the shutdown.
 	Closing context.Context

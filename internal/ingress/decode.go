@@ -14,9 +14,12 @@ type command struct {
 	SessionID string
 	AgentID   string
 	Content   string // agent_invoke
-	AfterSeq  int64  // subscribe
-	RunID     string // cancel_run, tool_result, approval_decision
-	Reason    string // cancel_run, approval_decision
+	// NewIntention (agent_invoke) starts a fresh intention instead of
+	// answering the session's pending question.
+	NewIntention bool
+	AfterSeq     int64  // subscribe
+	RunID        string // cancel_run, tool_result, approval_decision
+	Reason       string // cancel_run, approval_decision
 	// tool_result
 	ToolCallID string
 	OK         bool
@@ -57,6 +60,7 @@ func decodeCommand(data []byte) (*command, *reply) {
 			return bad(`message.role must be "user"`)
 		}
 		c.Content = content
+		c.NewIntention = m.NewIntention != nil && *m.NewIntention
 	case "subscribe":
 		if m.SessionID == "" || m.AfterSeq == nil || *m.AfterSeq < 0 {
 			return bad("subscribe needs session_id and after_seq >= 0")

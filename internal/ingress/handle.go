@@ -80,7 +80,7 @@ func (c *conn) invoke(ctx context.Context, cmd *command) {
 	c.s.presence.flushed(ctx, sessionID)
 	started, err := c.s.runs.StartRun(ctx, run.StartParams{
 		UserID: c.user(), SessionID: sessionID, AgentID: cmd.AgentID, RequestID: cmd.RequestID,
-		Message: agent.Message{Role: "user", Content: cmd.Content},
+		Message: agent.Message{Role: "user", Content: cmd.Content}, NewIntention: cmd.NewIntention,
 	})
 	if err != nil {
 		c.mu.Lock()

@@ -24,18 +24,21 @@ var clientTypes = map[string]string{
 	eventlog.TypeSubAgentPartial:   "sub_agent_partial",
 	eventlog.TypeSubAgentComplete:  "sub_agent_complete",
 	eventlog.TypeSubAgentError:     "sub_agent_error",
+	eventlog.TypeInputRequired:     "input_required",
 }
 
 // childInternal are the types a child run's clients do not get: the
 // sub_agent_* events stand in for its start, its deltas and its end
 // (DESIGN §11). Its states, tool requests and approvals reach the client
-// as a root run's do.
+// as a root run's do. A child's question reaches it as sub_agent_complete
+// with status "input_required": its caller, not the user, answers it.
 var childInternal = map[string]bool{
 	eventlog.TypeRunStarted:       true,
 	eventlog.TypeAgentStreamDelta: true,
 	eventlog.TypeRunDone:          true,
 	eventlog.TypeRunFailed:        true,
 	eventlog.TypeRunCancelled:     true,
+	eventlog.TypeInputRequired:    true,
 }
 
 // ClientMessage renders a logged event as the client's JSON message: the
@@ -101,9 +104,11 @@ type inbound struct {
 	SessionID string          `json:"session_id"`
 	AgentID   string          `json:"agent_id"`
 	Message   json.RawMessage `json:"message"`
-	AfterSeq  *int64          `json:"after_seq"`
-	RunID     string          `json:"run_id"`
-	Reason    string          `json:"reason"`
+	// agent_invoke: start a fresh intention (DESIGN §12)
+	NewIntention *bool  `json:"new_intention"`
+	AfterSeq     *int64 `json:"after_seq"`
+	RunID        string `json:"run_id"`
+	Reason       string `json:"reason"`
 	// tool_result
 	ToolCallID string          `json:"tool_call_id"`
 	OK         *bool           `json:"ok"`

@@ -260,3 +260,17 @@ func (s *Server) Shutdown(ctx context.Context) {
 	}
 	s.presence.stop(ctx)
 }
+
+// Hold counts a client of sessionID that is not a WebSocket connection —
+// an A2A request following the session (DESIGN §12) — exactly as a
+// connection following it, until release is called (release may be called
+// more than once). A client tool dispatched meanwhile finds the session's
+// client instead of failing client_offline. Like agent_invoke, it waits
+// briefly (bounded by ctx) for other processes to be told.
+func (s *Server) Hold(ctx context.Context, sessionID string) (release func()) {
+	token := &conn{} // only a key among the session's followers
+	s.follow(token, sessionID, true)
+	s.presence.flushed(ctx, sessionID)
+	var once sync.Once
+	return func() { once.Do(func() { s.follow(token, sessionID, false) }) }
+}

@@ -150,11 +150,40 @@ func (m *Manager) BeginChild(ctx context.Context, tx store.Queries, parent *stor
 	}
 	now := m.now()
 	runID := ids.New("run")
-	child, err := tx.RunInsert(ctx, &store.RunInsertParams{
+	// A child is part of its parent's intention. When the called agent's
+	// latest run in that intention asked for input, this call is the
+	// answer: the child resumes it (DESIGN §12) — how a caller continues a
+	// remote A2A task it was asked about.
+	resumes := ""
+	if parent.IntentionID != "" {
+		prev, err := tx.RunLatest(ctx, &store.RunLatestParams{SessionID: parent.SessionID, AgentID: ag.AgentID, IntentionID: parent.IntentionID})
+		switch {
+		case err == nil && prev.Status == store.RunInputRequired:
+			resumes = prev.RunID
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			return nil, nil, nil, err
+		}
+	}
+	var resumed *store.Run
+	if resumes != "" {
+		resumed = &store.Run{RunID: resumes}
+	}
+	prevRunID, err := previousRun(ctx, tx, ag, parent.SessionID, resumed)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ins := &store.RunInsertParams{
 		RunID: runID, SessionID: parent.SessionID, AgentID: ag.AgentID, ParentRunID: parent.RunID, RootRunID: parent.RootRunID,
 		Depth: parent.Depth + 1, UserID: parent.UserID, Owner: m.opts.InstanceID, StartedAt: now,
-		ChildKey: p.childKey(), ToolCallID: p.ToolCallID,
-	})
+		ChildKey: p.childKey(), ToolCallID: p.ToolCallID, IntentionID: parent.IntentionID, ResumesRunID: resumes,
+	}
+	child, err := tx.RunInsert(ctx, ins)
+	if errors.Is(err, store.ErrConflict) && resumes != "" {
+		// A concurrent call of the same intention answered that run
+		// first: this one starts afresh.
+		ins.ResumesRunID = ""
+		child, err = tx.RunInsert(ctx, ins)
+	}
 	if errors.Is(err, store.ErrDuplicate) {
 		if child.AgentID != p.AgentID || !m.sameInput(ctx, tx, child, p.Message) {
 			e := *ErrChildKeyConflict
@@ -167,7 +196,7 @@ func (m *Manager) BeginChild(ctx context.Context, tx store.Queries, parent *stor
 		return nil, nil, nil, err
 	}
 	if _, err := tx.MessageAppend(ctx, &store.MessageAppendParams{MessageID: newMessageID(), SessionID: child.SessionID, RunID: child.RunID,
-		AgentID: child.AgentID, ParentRunID: parent.RunID, Role: p.Message.Role, Content: p.Message.Content, CreatedAt: now}); err != nil {
+		AgentID: child.AgentID, ParentRunID: parent.RunID, IntentionID: child.IntentionID, Role: p.Message.Role, Content: p.Message.Content, CreatedAt: now}); err != nil {
 		return nil, nil, nil, err
 	}
 	traceparent, err := m.childTraceparent(ctx, tx, parent)
@@ -191,15 +220,27 @@ func (m *Manager) BeginChild(ctx context.Context, tx store.Queries, parent *stor
 	evs := []store.EventParams{
 		ev(parent, eventlog.TypeAgentCalledChild, called),
 		ev(child, eventlog.TypeUserInput, map[string]any{"message": json.RawMessage(msg)}),
-		ev(child, eventlog.TypeRunStarted, map[string]any{"agent_id": child.AgentID, "message": json.RawMessage(msg), "parent_run_id": parent.RunID, "depth": child.Depth, "traceparent": traceparent}),
+		ev(child, eventlog.TypeRunStarted, childStarted(child, msg, traceparent)),
 		ev(child, eventlog.TypeAgentInvokeStarted, map[string]any{"agent_id": child.AgentID, "endpoint": ag.Endpoint}),
 		ev(child, eventlog.TypeSubAgentCallStart, start),
 	}
 	launch := func() {
 		m.started.Inc(child.AgentID)
-		m.launch(&job{run: child, ag: ag, message: p.Message, traceparent: traceparent})
+		m.launch(&job{run: child, ag: ag, message: p.Message, traceparent: traceparent, prevRunID: prevRunID})
 	}
 	return &ChildStarted{Run: child, Created: true}, evs, launch, nil
+}
+
+// childStarted is a child's run_started payload.
+func childStarted(child *store.Run, msg []byte, traceparent string) map[string]any {
+	p := map[string]any{"agent_id": child.AgentID, "message": json.RawMessage(msg), "parent_run_id": child.ParentRunID, "depth": child.Depth, "traceparent": traceparent}
+	if child.IntentionID != "" {
+		p["intention_id"] = child.IntentionID
+	}
+	if child.ResumesRunID != "" {
+		p["resumes_run_id"] = child.ResumesRunID
+	}
+	return p
 }
 
 // CheckLink refuses a call from parent's agent to agentID unless agentID

@@ -52,6 +52,8 @@ type invokeBody struct {
 	Depth        int             `json:"depth"`
 	InputMessage agent.Message   `json:"input_message"`
 	Messages     []agent.Message `json:"messages"`
+	IntentionID  string          `json:"intention_id"`
+	ResumesRunID string          `json:"resumes_run_id"`
 }
 
 type agentFunc func(ctx context.Context, in invokeBody, out *sseOut) error

@@ -15,7 +15,7 @@ import (
 // failing, a cancel, a tool call failing it, the orphan sweep — goes through
 // EndTx with one.
 type End struct {
-	// Status is DONE, FAILED or CANCELLED.
+	// Status is DONE, FAILED, CANCELLED or INPUT_REQUIRED.
 	Status string
 	// Error is the run's {code, message, …}; nil for DONE.
 	Error json.RawMessage
@@ -36,6 +36,11 @@ type End struct {
 	CancelledBy string
 	// CancelState is the state payload of run_cancelled (CANCELLED).
 	CancelState json.RawMessage
+	// Question and Detail are what the agent asked (INPUT_REQUIRED): the
+	// question becomes the agent's transcript row and, for a child, what
+	// its caller gets.
+	Question string
+	Detail   json.RawMessage
 }
 
 // code is the error code of e ("" for DONE).
@@ -74,7 +79,8 @@ func (m *Manager) EndTx(ctx context.Context, tx store.Queries, run *store.Run, a
 			return nil, nil, err
 		}
 	}
-	ended, err := tx.RunTransition(ctx, &store.RunTransitionParams{RunID: run.RunID, From: store.RunActiveStatuses, Status: end.Status, At: at, Error: end.Error, Usage: end.Usage})
+	ended, err := tx.RunTransition(ctx, &store.RunTransitionParams{RunID: run.RunID, From: store.RunActiveStatuses, Status: end.Status, At: at, Error: end.Error, Usage: end.Usage,
+		Question: end.Question, QuestionDetail: end.Detail})
 	if errors.Is(err, store.ErrConflict) {
 		return nil, nil, nil // ended meanwhile; nothing to record
 	}
@@ -192,11 +198,15 @@ func (m *Manager) endEvents(ctx context.Context, tx store.Queries, run *store.Ru
 	}
 	duration := at - run.StartedAt
 	if end.Invoke != nil {
-		info := map[string]any{"ok": end.Status == store.RunDone}
+		ok := end.Status == store.RunDone || end.Status == store.RunInputRequired
+		info := map[string]any{"ok": ok}
 		for k, v := range end.Invoke {
 			info[k] = v
 		}
-		if end.Status != store.RunDone {
+		if end.Status == store.RunInputRequired {
+			info["input_required"] = true
+		}
+		if !ok {
 			info["error"] = json.RawMessage(end.Error)
 		}
 		ev(eventlog.TypeAgentInvokeDone, info)
@@ -210,7 +220,7 @@ func (m *Manager) endEvents(ctx context.Context, tx store.Queries, run *store.Ru
 		}
 		if end.Output != "" {
 			if _, err := tx.MessageAppend(ctx, &store.MessageAppendParams{MessageID: newMessageID(), SessionID: run.SessionID, RunID: run.RunID,
-				AgentID: run.AgentID, ParentRunID: run.ParentRunID, Role: "assistant", Content: end.Output, CreatedAt: at}); err != nil {
+				AgentID: run.AgentID, ParentRunID: run.ParentRunID, IntentionID: run.IntentionID, Role: "assistant", Content: end.Output, CreatedAt: at}); err != nil {
 				return nil, err
 			}
 		}
@@ -222,6 +232,25 @@ func (m *Manager) endEvents(ctx context.Context, tx store.Queries, run *store.Ru
 			ev(eventlog.TypeSubAgentComplete, map[string]any{"agent_id": run.AgentID, "output": end.Output, "usage": usage, "duration_ms": duration})
 		}
 		ev(eventlog.TypeRunDone, map[string]any{"usage": usage, "total_cost": cost, "llm_calls": calls})
+	case store.RunInputRequired:
+		// The question is the agent's turn in the transcript, so the run
+		// that resumes this one finds it in its messages[].
+		if _, err := tx.MessageAppend(ctx, &store.MessageAppendParams{MessageID: newMessageID(), SessionID: run.SessionID, RunID: run.RunID,
+			AgentID: run.AgentID, ParentRunID: run.ParentRunID, IntentionID: run.IntentionID, Role: "assistant", Content: end.Question, CreatedAt: at}); err != nil {
+			return nil, err
+		}
+		asked := map[string]any{"question": end.Question}
+		if len(end.Detail) > 0 {
+			asked["detail"] = end.Detail
+		}
+		if child {
+			complete := map[string]any{"agent_id": run.AgentID, "status": "input_required", "output": "", "usage": json.RawMessage("{}"), "duration_ms": duration}
+			for k, v := range asked {
+				complete[k] = v
+			}
+			ev(eventlog.TypeSubAgentComplete, complete)
+		}
+		ev(eventlog.TypeInputRequired, asked)
 	case store.RunFailed, store.RunCancelled:
 		if child {
 			var e struct {

@@ -129,6 +129,11 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 			payload, _ = json.Marshal(struct {
 				Text string `json:"text"`
 			}{ev.Text})
+		case "remote_task":
+			// An A2A agent's task: recorded (trace only) so a run that
+			// resumes this one continues the same remote task.
+			typ = eventlog.TypeA2ARemoteTask
+			payload, _ = json.Marshal(map[string]string{"agent_id": ag.AgentID, "task_id": ev.RemoteTaskID, "context_id": ev.RemoteContextID})
 		case "state":
 			typ = eventlog.TypeState
 			detail := ev.Detail
@@ -163,11 +168,26 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 		return err
 	}
 
-	res, err := m.opts.Invoker.Invoke(ctx, ag.Endpoint, agent.InvokeRequest{
+	req := agent.InvokeRequest{
 		AgentID: ag.AgentID, SessionID: run.SessionID, RunID: run.RunID, ParentRunID: run.ParentRunID, Depth: run.Depth,
 		UserID: run.UserID, Traceparent: j.traceparent, InputMessage: j.message, Messages: transcript,
+		IntentionID: run.IntentionID, ResumesRunID: run.ResumesRunID, Protocol: ag.Protocol, Card: ag.A2ACard,
 		Paused: func() bool { return m.waiting(run.RunID) },
-	}, handle)
+	}
+	prev := j.prevRunID
+	if prev == "" && ag.Protocol == store.ProtocolA2A {
+		prev = run.ResumesRunID // a queued run admitted later knows only that one
+	}
+	if prev != "" {
+		// A remote A2A agent: a resumed run continues the previous run's
+		// remote task; any other run joins its remote context.
+		task, remoteCtx := m.remoteTask(ctx, run.SessionID, prev)
+		req.RemoteContextID = remoteCtx
+		if prev == run.ResumesRunID {
+			req.RemoteTaskID = task
+		}
+	}
+	res, err := m.opts.Invoker.Invoke(ctx, ag.Endpoint, req, handle)
 
 	cause := context.Cause(ctx)
 	switch {
@@ -210,7 +230,26 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 		m.finishFailed(run, code, msg, began, deltas)
 		return
 	}
+	if res != nil && res.InputRequired != nil {
+		m.finishInputRequired(run, res.InputRequired, began, deltas)
+		return
+	}
 	m.finishDone(run, res, text.String(), began, deltas)
+}
+
+// remoteTask reads the remote A2A task and context a run recorded (its
+// last a2a_remote_task event); empty when none.
+func (m *Manager) remoteTask(ctx context.Context, sessionID, runID string) (taskID, contextID string) {
+	evs, err := m.st.EventsList(ctx, &store.EventsListParams{SessionID: sessionID, RunID: runID, Type: eventlog.TypeA2ARemoteTask, Limit: 1000})
+	if err != nil || len(evs) == 0 {
+		return "", ""
+	}
+	var p struct {
+		TaskID    string `json:"task_id"`
+		ContextID string `json:"context_id"`
+	}
+	_ = json.Unmarshal(evs[len(evs)-1].Payload, &p)
+	return p.TaskID, p.ContextID
 }
 
 // outputError says a run's output passed one of its bounds. Returned from
@@ -260,6 +299,35 @@ func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, beg
 	if err != nil {
 		m.opts.Logger.Error("record run done", "run_id", run.RunID, "session_id", run.SessionID, "err", err)
 		m.finishFailed(run, "platform_error", "could not record the run's result", began, deltas)
+		return
+	}
+	m.countEnded(ended)
+}
+
+// finishInputRequired ends the run INPUT_REQUIRED with the agent's
+// question (DESIGN §12): in one transaction the guarded transition, the
+// cascade of a run's end, the question as the agent's transcript row and
+// the input_required event.
+func (m *Manager) finishInputRequired(run *store.Run, q *agent.InputRequest, began time.Time, deltas int) {
+	if m.opts.Quiesce != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		m.opts.Quiesce(ctx, run.RunID)
+		cancel()
+	}
+	now := m.now()
+	var ended []*store.Run
+	_, err := m.log.Do(context.Background(), run.SessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
+		var evs []store.EventParams
+		var err error
+		evs, ended, err = m.EndTx(ctx, tx, run, now, End{
+			Status: store.RunInputRequired, Question: q.Question, Detail: q.Detail, Reason: "the agent asked the user for input",
+			Invoke: map[string]any{"duration_ms": time.Since(began).Milliseconds(), "deltas": deltas},
+		})
+		return evs, err
+	})
+	if err != nil {
+		m.opts.Logger.Error("record run input required", "run_id", run.RunID, "session_id", run.SessionID, "err", err)
+		m.finishFailed(run, "platform_error", "could not record the agent's question", began, deltas)
 		return
 	}
 	m.countEnded(ended)

@@ -280,7 +280,7 @@ func (m *Manager) admit(ctx context.Context, q *store.QueuedRun) error {
 		run = r
 		waited := now - q.QueuedAt
 		state, _ := json.Marshal(map[string]any{"state": store.RunRunning, "detail": map[string]any{"queued_ms": waited}, "source": eventlog.StateSourcePlatform})
-		started, _ := json.Marshal(map[string]any{"request_id": in.RequestID, "agent_id": ag.AgentID, "message": in.Message, "traceparent": in.Traceparent, "queued_ms": waited})
+		started, _ := json.Marshal(startedPayload(r, map[string]any{"request_id": in.RequestID, "agent_id": ag.AgentID, "message": in.Message, "traceparent": in.Traceparent, "queued_ms": waited}))
 		invoked, _ := json.Marshal(map[string]any{"agent_id": ag.AgentID, "endpoint": ag.Endpoint})
 		return []store.EventParams{
 			{SessionID: r.SessionID, RunID: r.RunID, TS: now, Type: eventlog.TypeState, Payload: state},

@@ -35,6 +35,10 @@ var (
 	// ErrUserBusy: the user has limits.max_active_runs_per_user root runs
 	// that have not ended (DESIGN §15).
 	ErrUserBusy = respond.E(http.StatusTooManyRequests, "user_busy", "you already have as many active runs as you may (limits.max_active_runs_per_user); wait until one ends")
+	// ErrNotResumable answers an explicit resume (StartParams.ResumeRunID)
+	// of a run that is not INPUT_REQUIRED, is another session's or agent's,
+	// or was answered already.
+	ErrNotResumable = respond.E(http.StatusConflict, "not_resumable", "the run is not waiting for input (it is not INPUT_REQUIRED, or it was answered already)")
 )
 
 var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.:\-]{1,128}$`)
@@ -48,12 +52,24 @@ const AgentSessionPrefix = "agent:"
 func AgentSessionID(agentID string) string { return AgentSessionPrefix + agentID }
 
 // StartParams is one user message that starts a root run.
+//
+// Intentions (DESIGN §12): when the session's latest root run ended
+// INPUT_REQUIRED with the same agent, the new run resumes it — it gets
+// ResumesRunID = that run and its intention — unless NewIntention is set;
+// otherwise the run starts a new intention.
 type StartParams struct {
 	UserID    string
 	SessionID string // empty: a new session is created
 	AgentID   string
 	RequestID string
 	Message   agent.Message
+	// NewIntention starts a fresh intention even when the session's latest
+	// root run waits for input.
+	NewIntention bool
+	// ResumeRunID resumes exactly that run (an A2A task's latest run),
+	// which must be an INPUT_REQUIRED root run of this session, agent and
+	// user, not answered yet; otherwise ErrNotResumable.
+	ResumeRunID string
 }
 
 // Started is what Start committed.
@@ -95,6 +111,7 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 	msg, _ := json.Marshal(p.Message)
 	var run *store.Run
 	var position int // > 0: queued at this position
+	var prevRunID string
 	evs, err := m.log.Do(ctx, sessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
 		position = 0
 		// The caps' locks first (a user's, then the admission row), in the
@@ -127,8 +144,32 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		} else if purging {
 			return nil, ErrSessionNotFound
 		}
-		run, err = tx.RunInsert(ctx, &store.RunInsertParams{RunID: runID, SessionID: sessionID, AgentID: ag.AgentID, UserID: p.UserID, Owner: m.opts.InstanceID, StartedAt: now})
+		resumes, err := m.resumable(ctx, tx, sessionID, ag.AgentID, p)
+		if err != nil {
+			return nil, err
+		}
+		intention := ids.New("int")
+		if resumes != nil {
+			intention = resumes.IntentionID
+		}
+		if prevRunID, err = previousRun(ctx, tx, ag, sessionID, resumes); err != nil {
+			return nil, err
+		}
+		ins := &store.RunInsertParams{RunID: runID, SessionID: sessionID, AgentID: ag.AgentID, UserID: p.UserID, Owner: m.opts.InstanceID, StartedAt: now,
+			IntentionID: intention}
+		if resumes != nil {
+			ins.ResumesRunID = resumes.RunID
+		}
+		run, err = tx.RunInsert(ctx, ins)
 		if errors.Is(err, store.ErrConflict) {
+			// The session has an active root run, or (resuming) another
+			// message answered the run a moment ago: that one is the
+			// session's latest root run then, whatever its state.
+			if resumes != nil {
+				if last, lerr := tx.RunLatest(ctx, &store.RunLatestParams{SessionID: sessionID, RootOnly: true}); lerr == nil && last.ResumesRunID == resumes.RunID && store.RunIsTerminal(last.Status) {
+					return nil, ErrNotResumable
+				}
+			}
 			return nil, ErrSessionBusy
 		}
 		if err != nil {
@@ -137,14 +178,15 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		if position, err = m.checkCaps(ctx, tx, run, now); err != nil {
 			return nil, err
 		}
-		if _, err := tx.MessageAppend(ctx, &store.MessageAppendParams{MessageID: ids.New("msg"), SessionID: sessionID, RunID: runID, AgentID: ag.AgentID, Role: p.Message.Role, Content: p.Message.Content, CreatedAt: now}); err != nil {
+		if _, err := tx.MessageAppend(ctx, &store.MessageAppendParams{MessageID: ids.New("msg"), SessionID: sessionID, RunID: runID, AgentID: ag.AgentID,
+			IntentionID: intention, Role: p.Message.Role, Content: p.Message.Content, CreatedAt: now}); err != nil {
 			return nil, err
 		}
 		if position > 0 {
 			run.Status = store.RunQueued
 			return queuedEvents(run, p.RequestID, msg, traceparent, position, now), nil
 		}
-		started, _ := json.Marshal(map[string]any{"request_id": p.RequestID, "agent_id": ag.AgentID, "message": json.RawMessage(msg), "traceparent": traceparent})
+		started, _ := json.Marshal(startedPayload(run, map[string]any{"request_id": p.RequestID, "agent_id": ag.AgentID, "message": json.RawMessage(msg), "traceparent": traceparent}))
 		invoked, _ := json.Marshal(map[string]any{"agent_id": ag.AgentID, "endpoint": ag.Endpoint})
 		return []store.EventParams{
 			{SessionID: sessionID, RunID: runID, TS: now, Type: eventlog.TypeUserInput, Payload: json.RawMessage(`{"message":` + string(msg) + `}`)},
@@ -160,8 +202,41 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		return &Started{Run: run, Events: evs}, nil // admitted later (queue.go)
 	}
 	m.started.Inc(run.AgentID)
-	m.launch(&job{run: run, ag: ag, message: p.Message, traceparent: traceparent})
+	m.launch(&job{run: run, ag: ag, message: p.Message, traceparent: traceparent, prevRunID: prevRunID})
 	return &Started{Run: run, Events: evs}, nil
+}
+
+// resumable returns the run a new root run in sessionID answers, or nil
+// when it starts a new intention (see StartParams).
+func (m *Manager) resumable(ctx context.Context, tx store.Queries, sessionID, agentID string, p StartParams) (*store.Run, error) {
+	if p.ResumeRunID != "" {
+		prev, err := tx.RunGet(ctx, p.ResumeRunID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, ErrNotResumable
+		}
+		if err != nil {
+			return nil, err
+		}
+		if prev.SessionID != sessionID || prev.AgentID != agentID || prev.UserID != p.UserID || prev.ParentRunID != "" ||
+			prev.Status != store.RunInputRequired || prev.IntentionID == "" {
+			return nil, ErrNotResumable
+		}
+		return prev, nil
+	}
+	if p.NewIntention {
+		return nil, nil
+	}
+	prev, err := tx.RunLatest(ctx, &store.RunLatestParams{SessionID: sessionID, RootOnly: true})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if prev.Status != store.RunInputRequired || prev.AgentID != agentID || prev.IntentionID == "" {
+		return nil, nil
+	}
+	return prev, nil
 }
 
 // job is a run to drive: a root run or a child run alike.
@@ -170,6 +245,39 @@ type job struct {
 	ag          *store.Agent
 	message     agent.Message
 	traceparent string
+	// prevRunID (remote A2A agents) is the run whose remote task this one
+	// continues (the run it resumes) or whose remote context it joins (the
+	// agent's latest run in the session).
+	prevRunID string
+}
+
+// previousRun is a job's prevRunID: read before the new run is inserted,
+// in its transaction. Only A2A agents have remote tasks to continue.
+func previousRun(ctx context.Context, tx store.Queries, ag *store.Agent, sessionID string, resumes *store.Run) (string, error) {
+	if ag.Protocol != store.ProtocolA2A {
+		return "", nil
+	}
+	if resumes != nil {
+		return resumes.RunID, nil
+	}
+	prev, err := tx.RunLatest(ctx, &store.RunLatestParams{SessionID: sessionID, AgentID: ag.AgentID})
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return prev.RunID, nil
+}
+
+// startedPayload adds a root run's intention (and the run it resumes) to
+// its run_started payload p.
+func startedPayload(run *store.Run, p map[string]any) map[string]any {
+	p["intention_id"] = run.IntentionID
+	if run.ResumesRunID != "" {
+		p["resumes_run_id"] = run.ResumesRunID
+	}
+	return p
 }
 
 // launch registers the run as active and drives it in the background.

@@ -76,7 +76,13 @@ type Node struct {
 	EndedAt     int64           `json:"ended_at,omitempty"`
 	Error       json.RawMessage `json:"error,omitempty"`
 	ToolCallID  string          `json:"tool_call_id,omitempty"`
-	Children    []*Node         `json:"children"`
+	// IntentionID, ResumesRunID, Question and QuestionDetail: see
+	// store.Run (DESIGN §12).
+	IntentionID    string          `json:"intention_id,omitempty"`
+	ResumesRunID   string          `json:"resumes_run_id,omitempty"`
+	Question       string          `json:"question,omitempty"`
+	QuestionDetail json.RawMessage `json:"question_detail,omitempty"`
+	Children       []*Node         `json:"children"`
 }
 
 // Tree returns the run and everything below it, each node with the
@@ -102,7 +108,8 @@ func tree(ctx context.Context, q store.Queries, r *store.Run) (*Node, error) {
 			usage = json.RawMessage("{}")
 		}
 		nodes[x.RunID] = &Node{RunID: x.RunID, AgentID: x.AgentID, ParentRunID: x.ParentRunID, Depth: x.Depth, Status: x.Status,
-			Usage: usage, TotalUsage: own, StartedAt: x.StartedAt, EndedAt: x.EndedAt, Error: x.Error, ToolCallID: x.ToolCallID, Children: []*Node{}}
+			Usage: usage, TotalUsage: own, StartedAt: x.StartedAt, EndedAt: x.EndedAt, Error: x.Error, ToolCallID: x.ToolCallID,
+			IntentionID: x.IntentionID, ResumesRunID: x.ResumesRunID, Question: x.Question, QuestionDetail: x.QuestionDetail, Children: []*Node{}}
 	}
 	// descendants lists shallowest first: link every child, then sum the
 	// totals up from the deepest.
@@ -147,6 +154,11 @@ type ChildResult struct {
 	Usage      json.RawMessage `json:"usage"`
 	TotalUsage Usage           `json:"total_usage"`
 	Error      json.RawMessage `json:"error,omitempty"`
+	// Question and Detail are what the child asked when it ended
+	// INPUT_REQUIRED (DESIGN §12): the caller decides whether to ask the
+	// user, and a later call of the same intention answers it.
+	Question string          `json:"question,omitempty"`
+	Detail   json.RawMessage `json:"detail,omitempty"`
 }
 
 // Result builds the answer for a run that has ended: its output (the
@@ -158,6 +170,9 @@ func (m *Manager) Result(ctx context.Context, r *store.Run) (*ChildResult, error
 		return nil, err
 	}
 	res := &ChildResult{RunID: r.RunID, Status: r.Status, Usage: t.Usage, TotalUsage: t.TotalUsage, Error: r.Error}
+	if r.Status == store.RunInputRequired {
+		res.Question, res.Detail = r.Question, r.QuestionDetail
+	}
 	if r.Status == store.RunDone {
 		evs, err := m.st.EventsList(ctx, &store.EventsListParams{SessionID: r.SessionID, RunID: r.RunID, Type: eventlog.TypeSubAgentComplete, Limit: 1})
 		if err != nil {

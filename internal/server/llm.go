@@ -125,9 +125,7 @@ func errRunNotActive(runID string) error {
 // ended at once.
 func (b *llmBridge) committed(evs []store.Event) {
 	for i := range evs {
-		switch evs[i].Type {
-		case eventlog.TypeRunDone, eventlog.TypeRunFailed, eventlog.TypeRunCancelled:
-		default:
+		if !eventlog.IsRunEnd(evs[i].Type) {
 			continue
 		}
 		e := &evs[i]

@@ -6,14 +6,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentplane/agentplane/internal/a2aremote"
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/store"
 )
 
-// prober marks agents healthy or unhealthy by GET {endpoint}/health.
+// prober marks agents healthy or unhealthy by GET {endpoint}/health, or,
+// for a remote A2A agent, by fetching its card.
 type prober struct {
 	st       store.Store
 	client   *agent.Client
+	a2a      *a2aremote.Client
 	interval time.Duration
 	log      *slog.Logger
 
@@ -69,7 +72,11 @@ func (p *prober) probeAll(ctx context.Context) {
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			status := store.AgentHealthy
-			if err := p.client.Probe(pctx, a.Endpoint); err != nil {
+			probe := p.client.Probe
+			if a.Protocol == store.ProtocolA2A && p.a2a != nil {
+				probe = p.a2a.Probe
+			}
+			if err := probe(pctx, a.Endpoint); err != nil {
 				status = store.AgentUnhealthy
 				if a.Status != store.AgentUnhealthy {
 					p.log.Warn("agent unhealthy", "agent_id", a.AgentID, "err", err)

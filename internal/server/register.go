@@ -15,6 +15,8 @@ func registerOverHTTP(ctx context.Context, base, adminKey, agentID, endpoint str
 	defer cancel()
 	res, err := agentplane.Register(ctx, base, adminKey, agentplane.RegisterParams{
 		AgentID: agentID, Name: "Demo agent", Endpoint: endpoint, Capabilities: []string{"chat", "demo"}, RotateKey: true,
+		// Also an A2A agent: its card is /a2a/demo/.well-known/agent-card.json.
+		A2A: true,
 	})
 	if err != nil {
 		return "", err
@@ -40,4 +42,17 @@ func registerTeam(ctx context.Context, base, adminKey string, team *demo.Team) (
 		keys[m.AgentID] = res.AgentAPIKey
 	}
 	return keys, nil
+}
+
+// registerCurrency registers the demo's remote A2A agent through the public
+// API with protocol "a2a", by its card URL, as an operator would register
+// any A2A agent: the platform fetches and checks its card.
+func registerCurrency(ctx context.Context, base, adminKey string, c *demo.Currency) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := agentplane.Register(ctx, base, adminKey, agentplane.RegisterParams{
+		AgentID: demo.CurrencyID, Name: "Currency converter", Description: demo.CurrencyDescription,
+		Endpoint: c.URL + "/.well-known/agent-card.json", Capabilities: []string{"currency"}, Protocol: "a2a",
+	})
+	return err
 }

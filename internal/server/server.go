@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentplane/agentplane/internal/a2aremote"
+	"github.com/agentplane/agentplane/internal/a2aserver"
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/audit"
 	"github.com/agentplane/agentplane/internal/auth"
@@ -110,11 +112,15 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	}
 	httpClient := agent.NewHTTPClient(allow)
 	agentClient := &agent.Client{HTTP: httpClient, FirstByteTimeout: cfg.AgentFirstByteTimeout, IdleTimeout: cfg.AgentIdleTimeout}
+	// Remote A2A agents (protocol "a2a", DESIGN §12) through the same
+	// SSRF-checked client and timeouts.
+	a2aClient := &a2aremote.Client{HTTP: httpClient, Allow: allow, FirstByteTimeout: cfg.AgentFirstByteTimeout, IdleTimeout: cfg.AgentIdleTimeout}
+	invoker := &a2aremote.Invoker{Agents: agentClient, A2A: a2aClient}
 	reg.CounterFunc("agentplane_events_appended_total", "Events committed to the log by this process.", func() float64 { ev, _ := log.Stats(); return float64(ev) })
 	reg.CounterFunc("agentplane_event_commits_total", "Event log transactions committed by this process (events per commit shows batching).", func() float64 { _, c := log.Stats(); return float64(c) })
 	bridge := newLLMBridge(keys, st, log, logger, reg)
 	tools := toolsvc.New(log, toolsvc.Options{Logger: logger, HTTP: httpClient, Allow: allow, Metrics: reg, InstanceID: cfg.InstanceID, StaleAfter: staleAfter})
-	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: agentClient, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce, OnEnd: tools.OnRunEnd, OnChildEnd: tools.OnChildEnd, MaxCallDepth: cfg.MaxCallDepth, StaleAfter: staleAfter,
+	runs := run.New(log, run.Options{InstanceID: cfg.InstanceID, Invoker: invoker, Logger: logger, Metrics: reg, Quiesce: bridge.Quiesce, OnEnd: tools.OnRunEnd, OnChildEnd: tools.OnChildEnd, MaxCallDepth: cfg.MaxCallDepth, StaleAfter: staleAfter,
 		MaxOutputBytes: cfg.MaxRunOutputBytes, MaxOutputEvents: cfg.MaxRunEvents, MaxTranscriptBytes: cfg.MaxTranscriptBytes,
 		MaxActiveRunsPerUser: cfg.File.Limits.MaxActiveRunsPerUser, MaxActiveRuns: cfg.File.Limits.MaxActiveRuns})
 	tools.SetRuns(runs)
@@ -155,7 +161,8 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	closing, stopStreams := context.WithCancel(context.Background())
 	defer stopStreams()
 	api := &httpapi.API{St: st, Log: log, Keys: keys, Runs: runs, Tools: tools, MCP: mcps, Allow: allow, Logger: logger, Metrics: reg, Ready: func() bool { return !shuttingDown.Load() }, Closing: closing,
-		AgentKeyGrace: time.Duration(cfg.File.Limits.AgentKeyGraceSeconds) * time.Second, Retention: sweeper}
+		AgentKeyGrace: time.Duration(cfg.File.Limits.AgentKeyGraceSeconds) * time.Second, Retention: sweeper,
+		FetchCard: a2aClient.FetchCard}
 	// Client presence across replicas (DESIGN §8): with a shared database
 	// the ingress records which sessions it has connections for, and a
 	// client tool dispatched by any replica asks those rows. On SQLite one
@@ -215,6 +222,9 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	}
 	if cfg.Role != "orchestrator" {
 		mux.Handle("GET /v1/ws", ws)
+		// Every agent registered with a2a:true as an A2A agent (DESIGN
+		// §12): client-facing, like the WebSocket.
+		a2aserver.New(a2aserver.Options{Runs: runs, Log: log, Keys: keys, Tools: tools, Hold: ws.Hold, Logger: logger}).Routes(mux)
 		ui := console.Handler()
 		mux.Handle("GET /{$}", ui)
 		mux.Handle("GET /console", ui)
@@ -241,11 +251,11 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
-	prb := &prober{st: st, client: agentClient, interval: cfg.HealthInterval, log: logger}
+	prb := &prober{st: st, client: agentClient, a2a: a2aClient, interval: cfg.HealthInterval, log: logger}
 
 	for _, spec := range cfg.File.Agents {
 		resp, err := api.Register(cfgCtx, &httpapi.RegisterRequest{AgentID: spec.AgentID, Name: spec.Name, Description: spec.Description, Endpoint: spec.Endpoint,
-			Capabilities: spec.Capabilities, LinkedAgents: spec.LinkedAgents, SubAgentEcho: spec.SubAgentEcho})
+			Capabilities: spec.Capabilities, LinkedAgents: spec.LinkedAgents, SubAgentEcho: spec.SubAgentEcho, A2A: spec.A2A, Protocol: spec.Protocol})
 		if err != nil {
 			return fmt.Errorf("config file agent %s: %w", spec.AgentID, err)
 		}
@@ -256,6 +266,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 
 	var demoAgent *demo.Agent
 	var demoTeam *demo.Team
+	var demoCurrency *demo.Currency
 	if cfg.Demo {
 		demoAgent, err = demo.Listen()
 		if err != nil {
@@ -287,6 +298,14 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 			}
 		}
 		demoAgent.Serve(base, key, model)
+		// A remote A2A agent (issue 10), linked to the planner below.
+		if demoCurrency, err = demo.ServeCurrency(); err != nil {
+			return err
+		}
+		defer demoCurrency.Stop(context.Background())
+		if err := registerCurrency(ctx, base, cfg.AdminKey, demoCurrency); err != nil {
+			return fmt.Errorf("register the demo A2A agent: %w", err)
+		}
 		// The multi-agent part: a planner calling two workers (issue 9).
 		if demoTeam, err = demo.ListenTeam(); err != nil {
 			return err
@@ -318,6 +337,8 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 			}
 			fmt.Fprintf(out, "demo agent %q serving at %s%s\n", m.AgentID, m.URL, links)
 		}
+		fmt.Fprintf(out, "demo A2A agent %q (a remote agent, protocol a2a) serving at %s\n", demo.CurrencyID, demoCurrency.URL)
+		fmt.Fprintf(out, "the demo agent over A2A: %s/a2a/%s/.well-known/agent-card.json\n", base, demo.AgentID)
 		if demoCreds.userStored {
 			fmt.Fprintf(out, "demo user key: %s (kept in %s, table settings; AGENTPLANE_API_KEYS=demo:<key> overrides it)\n", demoCreds.userKey, where)
 		} else {

@@ -69,6 +69,11 @@ type Queries interface {
 	// included, by depth and then age, so callers build the tree (and the
 	// cascade) without recursion in SQL.
 	RunListTree(ctx context.Context, rootRunID string) ([]*Run, error)
+	// RunLatest returns the newest run matching p; ErrNotFound when none.
+	RunLatest(ctx context.Context, p *RunLatestParams) (*Run, error)
+	// RunListIntention lists the runs of one intention, roots and
+	// children, oldest first.
+	RunListIntention(ctx context.Context, intentionID string) ([]*Run, error)
 
 	EventsAppend(ctx context.Context, events []EventParams) ([]Event, error)
 	EventsList(ctx context.Context, p *EventsListParams) ([]Event, error)
@@ -285,14 +290,19 @@ const (
 	RunDone                  = "DONE"
 	RunFailed                = "FAILED"
 	RunCancelled             = "CANCELLED"
+	// RunInputRequired: the agent ended its turn asking the user (DESIGN
+	// §12). Final for the run, not a failure: the answer starts a new run
+	// that resumes this one.
+	RunInputRequired = "INPUT_REQUIRED"
 )
 
 // RunActiveStatuses are the non-terminal run states.
 var RunActiveStatuses = []string{RunQueued, RunRunning, RunPausedWaitingApproval, RunPausedWaitingTool}
 
-// RunIsTerminal reports whether status is DONE, FAILED or CANCELLED.
+// RunIsTerminal reports whether status is DONE, FAILED, CANCELLED or
+// INPUT_REQUIRED.
 func RunIsTerminal(status string) bool {
-	return status == RunDone || status == RunFailed || status == RunCancelled
+	return status == RunDone || status == RunFailed || status == RunCancelled || status == RunInputRequired
 }
 
 // Run is one execution of an agent in a session. Owner is the instance
@@ -318,6 +328,15 @@ type Run struct {
 	// ToolCallID is the call_<agent> tool call whose execution this child
 	// is; empty for roots and for children started directly.
 	ToolCallID string `json:"tool_call_id,omitempty"`
+	// IntentionID groups the runs of one user intention (DESIGN §12): a
+	// root run's own, or the one of the run it resumes; a child's is its
+	// parent's. Empty for runs from before intentions existed.
+	IntentionID string `json:"intention_id,omitempty"`
+	// ResumesRunID is the INPUT_REQUIRED run this one answers.
+	ResumesRunID string `json:"resumes_run_id,omitempty"`
+	// Question and QuestionDetail are what an INPUT_REQUIRED run asked.
+	Question       string          `json:"question,omitempty"`
+	QuestionDetail json.RawMessage `json:"question_detail,omitempty"`
 }
 
 // RunInsertParams inserts a RUNNING run. A root run (no parent) in a session
@@ -339,6 +358,10 @@ type RunInsertParams struct {
 	// ChildKey ("" = none) and ToolCallID: see Run.
 	ChildKey   string
 	ToolCallID string
+	// IntentionID and ResumesRunID: see Run. A run is resumed at most once:
+	// a second run resuming the same one is refused with ErrConflict.
+	IntentionID  string
+	ResumesRunID string
 }
 
 // RunTransitionParams moves a run to Status if it is currently in one of From.
@@ -350,6 +373,19 @@ type RunTransitionParams struct {
 	At     int64
 	Error  json.RawMessage
 	Usage  json.RawMessage
+	// Question and QuestionDetail are stored when set (INPUT_REQUIRED).
+	Question       string
+	QuestionDetail json.RawMessage
+}
+
+// RunLatestParams finds the newest run (by start) of a session matching
+// every filter set.
+type RunLatestParams struct {
+	SessionID string
+	// RootOnly keeps root runs.
+	RootOnly    bool
+	AgentID     string
+	IntentionID string
 }
 
 // RunListActiveParams lists non-terminal runs, optionally only those of one
@@ -399,13 +435,15 @@ type EventsListParams struct {
 }
 
 // Message is one transcript entry. RunID, AgentID and ParentRunID say
-// whose turn it is; a child run's rows have a ParentRunID.
+// whose turn it is; a child run's rows have a ParentRunID. IntentionID is
+// the intention of its run (DESIGN §12).
 type Message struct {
 	MessageID   string `json:"message_id"`
 	SessionID   string `json:"session_id"`
 	RunID       string `json:"run_id,omitempty"`
 	AgentID     string `json:"agent_id,omitempty"`
 	ParentRunID string `json:"parent_run_id,omitempty"`
+	IntentionID string `json:"intention_id,omitempty"`
 	Role        string `json:"role"`
 	Content     string `json:"content"`
 	CreatedAt   int64  `json:"created_at"`
@@ -418,6 +456,7 @@ type MessageAppendParams struct {
 	RunID       string
 	AgentID     string
 	ParentRunID string
+	IntentionID string
 	Role        string
 	Content     string
 	CreatedAt   int64
@@ -449,6 +488,12 @@ const (
 	EchoOff         = "off"
 )
 
+// Agent protocols: how the platform invokes an agent.
+const (
+	ProtocolAgentplane = "agentplane" // POST {endpoint}/invoke, SSE (DESIGN §5)
+	ProtocolA2A        = "a2a"        // a remote A2A agent (DESIGN §12)
+)
+
 // Agent is a registered external agent service. KeyHash is the SHA-256 of
 // its API key; the key itself is never stored.
 type Agent struct {
@@ -459,13 +504,19 @@ type Agent struct {
 	Capabilities json.RawMessage `json:"capabilities"`
 	LinkedAgents json.RawMessage `json:"linked_agents"`
 	// SubAgentEcho is EchoAggregate, EchoPassthrough or EchoOff.
-	SubAgentEcho    string `json:"sub_agent_echo"`
-	KeyHash         string `json:"-"`
-	Status          string `json:"status"`
-	LastHeartbeatAt int64  `json:"last_heartbeat_at,omitempty"`
-	LastProbeAt     int64  `json:"last_probe_at,omitempty"`
-	CreatedAt       int64  `json:"created_at"`
-	UpdatedAt       int64  `json:"updated_at"`
+	SubAgentEcho string `json:"sub_agent_echo"`
+	KeyHash      string `json:"-"`
+	// A2A: the agent is also served over A2A at /a2a/{agent_id} (DESIGN
+	// §12). Protocol is how the platform speaks to it: ProtocolAgentplane
+	// or ProtocolA2A (a remote A2A agent whose card is A2ACard).
+	A2A             bool            `json:"a2a"`
+	Protocol        string          `json:"protocol"`
+	A2ACard         json.RawMessage `json:"a2a_card,omitempty"`
+	Status          string          `json:"status"`
+	LastHeartbeatAt int64           `json:"last_heartbeat_at,omitempty"`
+	LastProbeAt     int64           `json:"last_probe_at,omitempty"`
+	CreatedAt       int64           `json:"created_at"`
+	UpdatedAt       int64           `json:"updated_at"`
 }
 
 // AgentUpsertParams registers or updates an agent. An empty KeyHash on update
@@ -481,6 +532,10 @@ type AgentUpsertParams struct {
 	SubAgentEcho string
 	KeyHash      string
 	At           int64
+	// A2A, Protocol (empty means ProtocolAgentplane) and A2ACard: see Agent.
+	A2A      bool
+	Protocol string
+	A2ACard  json.RawMessage
 }
 
 // Links decodes the agent's linked_agents.

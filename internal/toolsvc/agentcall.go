@@ -211,14 +211,25 @@ func (s *Service) OnChildEnd(ctx context.Context, q store.Queries, child *store.
 	st := &step{s: s, ctx: ctx, q: q, at: at, run: parent}
 	var status string
 	var result, errJSON json.RawMessage
-	if end.Status == store.RunDone {
+	switch end.Status {
+	case store.RunDone:
 		usage := end.Usage
 		if len(usage) == 0 {
 			usage = json.RawMessage("{}")
 		}
 		status = store.ToolCallSucceeded
 		result, _ = json.Marshal(map[string]any{"output": end.Output, "run_id": child.RunID, "usage": usage})
-	} else {
+	case store.RunInputRequired:
+		// The child asked back (DESIGN §12): not a failure. The caller
+		// decides whether to ask the user; calling the agent again in the
+		// same intention answers the question.
+		status = store.ToolCallSucceeded
+		r := map[string]any{"status": "input_required", "question": end.Question, "run_id": child.RunID}
+		if len(end.Detail) > 0 {
+			r["detail"] = end.Detail
+		}
+		result, _ = json.Marshal(r)
+	default:
 		var e struct {
 			Code    string `json:"code"`
 			Message string `json:"message"`

@@ -404,3 +404,54 @@ func TestToolsForAgentListsLinkedAgents(t *testing.T) {
 		}
 	})
 }
+
+// TestAgentToolCallInputRequired: a child that asks back (issue 10) settles
+// its call_<agent> call SUCCEEDED with {status:"input_required", question,
+// run_id} — the caller decides what to do — and the caller's next call of
+// that agent (same intention) resumes the child's question.
+func TestAgentToolCallInputRequired(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		h := newHarness(t, dialect)
+		h.registerAgent("agent-a", []string{"agent-b"}, nil)
+		bodies := make(chan map[string]any, 4)
+		h.registerAgent("agent-b", nil, func(e *agentEvents, body map[string]any) {
+			bodies <- body
+			if body["resumes_run_id"] == nil {
+				e.send("input_required", `{"question":"Which city?","detail":{"k":1}}`)
+				return
+			}
+			e.send("delta", `{"text":"sunny"}`)
+			e.send("done", `{}`)
+		})
+		r := h.newRun()
+		v, err := h.invoke(r, "call_agent-b", `{"message":"weather"}`, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		child := childOf(t, h, r)
+		if v.Status != StatusSucceeded || !jsonEq(v.Result, `{"status":"input_required","question":"Which city?","detail":{"k":1},"run_id":"`+child.RunID+`"}`) {
+			t.Fatalf("call = %+v %s", v, v.Result)
+		}
+		if child = waitRunEnded(t, h, child.RunID); child.Status != store.RunInputRequired || child.IntentionID != r.IntentionID {
+			t.Fatalf("child %+v", child)
+		}
+		if st := h.runStatus(r.RunID); st.Status != store.RunRunning {
+			t.Fatalf("the caller is %s", st.Status)
+		}
+		v2, err := h.invoke(r, "call_agent-b", `{"message":"Paris"}`, "")
+		if err != nil || v2.Status != StatusSucceeded || !strings.Contains(string(v2.Result), `"output":"sunny"`) {
+			t.Fatalf("second call = %+v %v", v2, err)
+		}
+		<-bodies
+		second := <-bodies
+		if second["resumes_run_id"] != child.RunID || second["intention_id"] != r.IntentionID {
+			t.Errorf("the second child's body %v", second)
+		}
+		h.finish()
+	})
+}
+
+func jsonEq(got json.RawMessage, want string) bool {
+	var a, b any
+	return json.Unmarshal(got, &a) == nil && json.Unmarshal([]byte(want), &b) == nil && fmt.Sprint(a) == fmt.Sprint(b)
+}

@@ -133,7 +133,8 @@ func (h *harness) newRun() *store.Run {
 	if _, err := h.st.SessionCreate(h.ctx, &store.SessionCreateParams{SessionID: sid, UserID: "alice", CreatedAt: now}); err != nil {
 		h.t.Fatal(err)
 	}
-	r, err := h.st.RunInsert(h.ctx, &store.RunInsertParams{RunID: ids.New("run"), SessionID: sid, AgentID: "agent-a", UserID: "alice", Owner: "test", StartedAt: now})
+	r, err := h.st.RunInsert(h.ctx, &store.RunInsertParams{RunID: ids.New("run"), SessionID: sid, AgentID: "agent-a", UserID: "alice", Owner: "test", StartedAt: now,
+		IntentionID: ids.New("int")})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -46,7 +46,8 @@ const (
 
 // AgentEvent is one event of a child run as its caller gets it: Type is
 // run_started, delta, state, tool_request, approval_required (notices: the
-// session's user answers them), done or error. Data is the whole event as
+// session's user answers them), done, error or input_required (the child
+// asked back, DESIGN §12). Data is the whole event as
 // the platform sent it (session_id, seq, event_id, ts, run_id,
 // parent_run_id and the event's fields).
 type AgentEvent struct {
@@ -63,7 +64,7 @@ type AgentEvent struct {
 // (POST /v1/agents/{agent_id}:invoke).
 type AgentResult struct {
 	RunID string `json:"run_id"`
-	// Status is DONE, FAILED or CANCELLED.
+	// Status is DONE, FAILED, CANCELLED or INPUT_REQUIRED.
 	Status string `json:"status"`
 	// Output is the child's whole answer when Status is DONE.
 	Output string `json:"output"`
@@ -73,8 +74,14 @@ type AgentResult struct {
 	// completion_tokens, total_tokens, cached_tokens, reasoning_tokens,
 	// estimated_cost, llm_calls, tool_calls.
 	TotalUsage json.RawMessage `json:"total_usage"`
-	// Error says why when Status is not DONE.
+	// Error says why when Status is FAILED or CANCELLED.
 	Error *ToolCallError `json:"error,omitempty"`
+	// Question and Detail are what the child asked when Status is
+	// INPUT_REQUIRED: not a failure. The caller decides whether to ask
+	// the user (returning the *InputRequiredError that Text gives does);
+	// its next call of that agent in the same intention answers it.
+	Question string          `json:"question,omitempty"`
+	Detail   json.RawMessage `json:"detail,omitempty"`
 }
 
 // SubAgentError is a child run that failed or was cancelled, or an agent
@@ -415,7 +422,7 @@ func (s *AgentStream) Next() (AgentEvent, error) {
 		if ev.Type == "delta" {
 			s.deltas.WriteString(ev.Text)
 		}
-		if ev.Type == "done" || ev.Type == "error" {
+		if ev.Type == "done" || ev.Type == "error" || ev.Type == "input_required" {
 			e := ev
 			s.end = &e
 			s.drop()
@@ -434,7 +441,7 @@ func (s *AgentStream) Result() (*AgentResult, error) {
 		}
 	}
 	res := s.buildResult()
-	if res.Status != "DONE" {
+	if res.Status != "DONE" && res.Status != "INPUT_REQUIRED" {
 		e := &SubAgentError{AgentID: s.agentID, RunID: s.runID, RunStatus: res.Status, Code: strings.ToLower(res.Status), Result: res}
 		if res.Error != nil {
 			e.Code, e.Message = res.Error.Code, res.Error.Message
@@ -445,11 +452,20 @@ func (s *AgentStream) Result() (*AgentResult, error) {
 }
 
 // Text waits for the child's end and returns its whole output; a failed
-// child gives a *SubAgentError.
+// child gives a *SubAgentError, a child that asked back an
+// *InputRequiredError (a handler returning it asks the user the same
+// question).
 func (s *AgentStream) Text() (string, error) {
 	res, err := s.Result()
 	if err != nil {
 		return "", err
+	}
+	if res.Status == "INPUT_REQUIRED" {
+		var detail any
+		if len(res.Detail) > 0 {
+			detail = res.Detail
+		}
+		return "", &InputRequiredError{Question: res.Question, Detail: detail, RunID: res.RunID}
 	}
 	return res.Output, nil
 }
@@ -473,6 +489,17 @@ func (s *AgentStream) buildResult() *AgentResult {
 	}
 	if len(res.TotalUsage) == 0 {
 		res.TotalUsage = json.RawMessage(`{}`)
+	}
+	if s.end.Type == "input_required" {
+		var q struct {
+			Question string          `json:"question"`
+			Detail   json.RawMessage `json:"detail"`
+		}
+		_ = json.Unmarshal(s.end.Data, &q)
+		res.Status, res.Question, res.Detail = "INPUT_REQUIRED", q.Question, q.Detail
+		res.Usage = json.RawMessage(`{}`)
+		s.result = res
+		return res
 	}
 	if s.end.Type == "done" {
 		if res.Status == "" {

@@ -112,6 +112,13 @@ func (p *platform) agent(t *testing.T, agentID string, links []string, h agentpl
 // client-facing messages up to its end.
 func (p *platform) run(t *testing.T, agentID, content string) []map[string]any {
 	t.Helper()
+	return p.runIn(t, "", agentID, content)
+}
+
+// runIn is run in sessionID ("" = a new session); a run that asks back
+// (input_required) ends there too.
+func (p *platform) runIn(t *testing.T, sessionID, agentID, content string) []map[string]any {
+	t.Helper()
 	conn, _, err := websocket.DefaultDialer.Dial(p.WS, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +130,11 @@ func (p *platform) run(t *testing.T, agentID, content string) []map[string]any {
 		}
 	}
 	send(map[string]any{"type": "hello", "user_id": "alice", "api_key": "alice-key"})
-	send(map[string]any{"type": "agent_invoke", "request_id": "r1", "agent_id": agentID, "message": map[string]any{"role": "user", "content": content}})
+	invoke := map[string]any{"type": "agent_invoke", "request_id": "r1", "agent_id": agentID, "message": map[string]any{"role": "user", "content": content}}
+	if sessionID != "" {
+		invoke["session_id"] = sessionID
+	}
+	send(invoke)
 	var out []map[string]any
 	root := ""
 	for {
@@ -139,7 +150,7 @@ func (p *platform) run(t *testing.T, agentID, content string) []map[string]any {
 		if m["type"] == "run_started" && root == "" {
 			root, _ = m["run_id"].(string)
 		}
-		if m["run_id"] == root && (m["type"] == "done" || (m["type"] == "error" && m["seq"] != nil)) {
+		if m["run_id"] == root && (m["type"] == "done" || m["type"] == "input_required" || (m["type"] == "error" && m["seq"] != nil)) {
 			return out
 		}
 		if m["type"] == "error" && m["seq"] == nil {
@@ -381,4 +392,75 @@ func TestInvokeAgentReattaches(t *testing.T) {
 	if starts != 1 {
 		t.Fatalf("%d children started", starts)
 	}
+}
+
+// TestInvokeAgentInputRequired (issue 10): a child that asks back ends its
+// stream with input_required; Result says INPUT_REQUIRED with the question
+// (not a failure) and Text gives an *InputRequiredError, which the caller
+// returns to ask the user. The user's answer resumes the caller, whose next
+// call of the child resumes the child's question.
+func TestInvokeAgentInputRequired(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		p := startPlatform(t, testdb.DSN(t, dialect))
+		var mu sync.Mutex
+		var results []*agentplane.AgentResult
+		var childReqs []*agentplane.Request
+		p.agent(t, "weather", nil, func(ctx context.Context, req *agentplane.Request, s agentplane.Stream) error {
+			mu.Lock()
+			childReqs = append(childReqs, req)
+			mu.Unlock()
+			if req.ResumesRunID == "" {
+				return s.InputRequired("Which city?", map[string]any{"choices": []string{"Paris", "Oslo"}})
+			}
+			return s.Delta("Sunny in " + req.InputMessage.Content)
+		})
+		p.agent(t, "planner", []string{"weather"}, func(ctx context.Context, req *agentplane.Request, s agentplane.Stream) error {
+			call, err := req.Client().Agents().Invoke(ctx, "weather", req.InputMessage.Content)
+			if err != nil {
+				return err
+			}
+			defer call.Close()
+			res, err := call.Result()
+			mu.Lock()
+			results = append(results, res)
+			mu.Unlock()
+			if err != nil {
+				return err
+			}
+			text, err := call.Text()
+			if err != nil {
+				return err // the child's question, asked of the user
+			}
+			return s.Delta("planner: " + text)
+		})
+		first := p.run(t, "planner", "weather please")
+		last := first[len(first)-1]
+		if last["type"] != "input_required" || last["question"] != "Which city?" {
+			t.Fatalf("first turn ended %v", last)
+		}
+		mu.Lock()
+		res := results[0]
+		mu.Unlock()
+		if res.Status != "INPUT_REQUIRED" || res.Question != "Which city?" || !strings.Contains(string(res.Detail), "Oslo") || res.Error != nil {
+			t.Fatalf("result %+v", res)
+		}
+		second := p.runIn(t, last["session_id"].(string), "planner", "Oslo")
+		if got := second[len(second)-1]; got["type"] != "done" {
+			t.Fatalf("second turn ended %v", got)
+		}
+		var text strings.Builder
+		for _, m := range second {
+			if m["type"] == "delta" {
+				text.WriteString(m["text"].(string))
+			}
+		}
+		if text.String() != "planner: Sunny in Oslo" {
+			t.Errorf("answer %q", text.String())
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(childReqs) != 2 || childReqs[1].ResumesRunID != results[0].RunID || childReqs[1].IntentionID == "" || childReqs[1].IntentionID != childReqs[0].IntentionID {
+			t.Errorf("the child's requests %+v %+v", childReqs[0], childReqs[len(childReqs)-1])
+		}
+	})
 }

@@ -246,6 +246,13 @@ type RegisterParams struct {
 	SubAgentEcho string
 	// RotateKey asks for a new key when AgentID is already registered.
 	RotateKey bool
+	// A2A also serves the agent as an A2A agent at /a2a/{agent_id}
+	// (DESIGN §12).
+	A2A bool
+	// Protocol is how the platform speaks to the agent: "" or "agentplane"
+	// (POST {Endpoint}/invoke), or "a2a": a remote A2A agent whose Endpoint
+	// is its card URL or base URL.
+	Protocol string
 	// HTTPClient sends the request. nil means http.DefaultClient.
 	HTTPClient *http.Client
 }
@@ -268,6 +275,8 @@ type registerBody struct {
 	Description  string   `json:"description,omitempty"`
 	SubAgentEcho string   `json:"sub_agent_echo,omitempty"`
 	RotateKey    bool     `json:"rotate_key,omitempty"`
+	A2A          bool     `json:"a2a,omitempty"`
+	Protocol     string   `json:"protocol,omitempty"`
 }
 
 // Register registers an agent with the platform at baseURL ("" means
@@ -280,7 +289,7 @@ func Register(ctx context.Context, baseURL, adminKey string, p RegisterParams) (
 		caps = []string{} // the platform expects an array, not null
 	}
 	body := registerBody{AgentID: p.AgentID, Name: p.Name, Endpoint: p.Endpoint, Capabilities: caps, LinkedAgents: p.LinkedAgents,
-		Description: p.Description, SubAgentEcho: p.SubAgentEcho, RotateKey: p.RotateKey}
+		Description: p.Description, SubAgentEcho: p.SubAgentEcho, RotateKey: p.RotateKey, A2A: p.A2A, Protocol: p.Protocol}
 	var out RegisterResult
 	if err := admin.do(ctx, http.MethodPost, "/v1/agents/register", nil, body, &out); err != nil {
 		return nil, err

@@ -11,6 +11,11 @@
 //	})
 //	http.ListenAndServe("127.0.0.1:9002", h)
 //
+// A handler may end its turn asking the user (DESIGN §12):
+// s.InputRequired("Which city?", nil), or returning an
+// *InputRequiredError. The run ends INPUT_REQUIRED; the user's answer is the
+// input of a new run with req.ResumesRunID set and the same req.IntentionID.
+//
 // Inside a handler, req.Client() is a Client bound to the run (transcript,
 // context store, tool calls, heartbeats), and req.OpenAIBaseURL,
 // req.OpenAIAPIKey and req.OpenAIHeaders configure any OpenAI-compatible SDK

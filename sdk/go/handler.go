@@ -161,8 +161,25 @@ func (a *AgentHandler) run(ctx context.Context, req *Request, s Stream, log *slo
 	return a.Handler(ctx, req, s)
 }
 
-// finish writes the one terminal event.
+// finish writes the one terminal event, unless the handler ended its turn
+// with Stream.InputRequired.
 func (a *AgentHandler) finish(s *sseStream, herr error, log *slog.Logger) {
+	s.mu.Lock()
+	ended := s.closed
+	s.mu.Unlock()
+	if ended {
+		if herr != nil {
+			log.Debug("handler error after input_required ends nothing", "err", herr)
+		}
+		return
+	}
+	var ire *InputRequiredError
+	if errors.As(herr, &ire) && ire.Question != "" {
+		if err := s.InputRequired(ire.Question, ire.Detail); err != nil && !errors.Is(err, ErrStreamClosed) {
+			log.Warn("write input_required event", "err", err)
+		}
+		return
+	}
 	if herr == nil {
 		usage := s.getUsage()
 		// Check the usage first, so a bad value becomes an error event

@@ -431,3 +431,41 @@ func TestServeBadAddress(t *testing.T) {
 		t.Fatal("Serve on a bad address returned nil")
 	}
 }
+
+// TestInputRequired: Stream.InputRequired ends the turn with
+// `event: input_required` (and nothing after it, whatever the handler
+// returns); the request carries intention_id and resumes_run_id.
+func TestInputRequired(t *testing.T) {
+	var got *agentplane.Request
+	var after error
+	srv := startAgent(t, func(ctx context.Context, req *agentplane.Request, s agentplane.Stream) error {
+		got = req
+		if err := s.InputRequired("", nil); err == nil {
+			t.Error("an empty question was sent")
+		}
+		s.Delta("Let me see.")
+		if err := s.InputRequired("Which city?", map[string]any{"choices": []string{"Paris"}}); err != nil {
+			return err
+		}
+		after = s.Delta("too late")
+		return errors.New("ignored")
+	})
+	body := defaultBody()
+	body["intention_id"] = "int_1"
+	body["resumes_run_id"] = "run_0"
+	resp := invoke(t, context.Background(), srv, body, nil)
+	evs := newSSEReader(resp.Body).events(t, false)
+	want := []event{
+		ev("delta", map[string]any{"text": "Let me see."}),
+		ev("input_required", map[string]any{"question": "Which city?", "detail": map[string]any{"choices": []any{"Paris"}}}),
+	}
+	if !reflect.DeepEqual(evs, want) {
+		t.Fatalf("events:\n got %+v\nwant %+v", evs, want)
+	}
+	if !errors.Is(after, agentplane.ErrStreamClosed) {
+		t.Errorf("a delta after input_required: %v, want ErrStreamClosed", after)
+	}
+	if got.IntentionID != "int_1" || got.ResumesRunID != "run_0" {
+		t.Errorf("request %+v", got)
+	}
+}

@@ -27,6 +27,11 @@ type Request struct {
 	InputMessage Message
 	// Messages is the transcript the platform chose to send, oldest first.
 	Messages []Message
+	// IntentionID is the user intention this run belongs to (DESIGN §12);
+	// ResumesRunID, when set, is the run whose question (InputRequired)
+	// this run's input answers.
+	IntentionID  string
+	ResumesRunID string
 	// Context is the body's context object as sent (user_id and any later fields).
 	Context map[string]any
 	// Header holds the request's HTTP headers.
@@ -45,6 +50,8 @@ type invokeBody struct {
 	InputMessage Message        `json:"input_message"`
 	Messages     []Message      `json:"messages"`
 	Context      map[string]any `json:"context"`
+	IntentionID  string         `json:"intention_id"`
+	ResumesRunID string         `json:"resumes_run_id"`
 }
 
 func newRequest(b *invokeBody, h http.Header, platform *Client) *Request {
@@ -57,6 +64,8 @@ func newRequest(b *invokeBody, h http.Header, platform *Client) *Request {
 		InputMessage: b.InputMessage,
 		Messages:     b.Messages,
 		Context:      b.Context,
+		IntentionID:  b.IntentionID,
+		ResumesRunID: b.ResumesRunID,
 		Header:       h,
 		Traceparent:  h.Get("traceparent"),
 	}

@@ -24,6 +24,28 @@ type Stream interface {
 	// SetUsage records the usage reported in the closing
 	// `event: done {"usage": usage}`; nil reports {}. It must marshal as JSON.
 	SetUsage(usage any)
+	// InputRequired ends the agent's turn asking the user (DESIGN §12):
+	// `event: input_required {"question": question, "detail": detail}`
+	// (a nil detail is left out). The run ends INPUT_REQUIRED, and the
+	// user's answer starts a new run that resumes it (Request.ResumesRunID).
+	// It is the stream's last event: the handler should return right after
+	// (its return value is then not sent), and later calls get
+	// ErrStreamClosed. question must not be empty.
+	InputRequired(question string, detail any) error
+}
+
+// InputRequiredError ends a handler's turn asking the user when the handler
+// returns it, as Stream.InputRequired does (DESIGN §12). AgentStream.Text
+// returns one when the called agent asked back (RunID is then that child
+// run's), so `return err` passes the child's question on to the user.
+type InputRequiredError struct {
+	Question string
+	Detail   any
+	RunID    string
+}
+
+func (e *InputRequiredError) Error() string {
+	return "agentplane: input required: " + e.Question
 }
 
 // ErrStreamClosed is returned by Stream methods called after the handler
@@ -61,6 +83,11 @@ type stateData struct {
 	Detail any    `json:"detail"`
 }
 
+type inputRequiredData struct {
+	Question string `json:"question"`
+	Detail   any    `json:"detail,omitempty"`
+}
+
 type doneData struct {
 	Usage any `json:"usage"`
 }
@@ -84,6 +111,14 @@ func (s *sseStream) State(state string, detail any) error {
 		detail = struct{}{}
 	}
 	return s.send("state", stateData{State: state, Detail: detail}, false)
+}
+
+// InputRequired implements Stream.
+func (s *sseStream) InputRequired(question string, detail any) error {
+	if question == "" {
+		return errors.New("agentplane: InputRequired needs a question")
+	}
+	return s.send("input_required", inputRequiredData{Question: question, Detail: detail}, true)
 }
 
 // SetUsage implements Stream.

@@ -34,6 +34,7 @@
     composer: $('composer'),
     input: $('message-input'),
     send: $('send-button'),
+    newTopic: $('new-topic-button'),
     cancel: $('cancel-button'),
     toasts: $('toasts'),
   };
@@ -410,6 +411,12 @@
       el.send.disabled = !c.canSend;
       el.cancel.disabled = !c.canCancel;
       el.newSession.disabled = !c.canNewSession;
+      // The agent asked something (input_required): the next message answers it, or goes out
+      // as a new topic with the button beside Send.
+      el.newTopic.hidden = !c.asking;
+      el.newTopic.disabled = !c.canSend;
+      el.composer.dataset.asking = c.asking ? 'true' : 'false';
+      el.input.placeholder = c.asking ? 'Answer: ' + c.asking + ' — Enter to send' : (settings ? 'Message ' + settings.agent + ' — Enter to send, Shift+Enter for a new line' : el.input.placeholder);
       // Hand the keyboard back when a reply finishes, unless the user is busy elsewhere.
       if (wasBusy && !c.busy && el.settings.hidden && (document.activeElement === document.body || document.activeElement === el.cancel)) {
         el.input.focus();
@@ -474,9 +481,9 @@
     chat.start();
   }
 
-  function sendFromInput() {
+  function sendFromInput(opts) {
     if (!chat) return;
-    if (chat.send(el.input.value)) {
+    if (chat.send(el.input.value, opts)) {
       el.input.value = '';
       autosize();
     }
@@ -613,6 +620,10 @@
   });
   window.setInterval(tickCountdowns, 1000);
   el.cancel.addEventListener('click', function () { if (chat) chat.cancel(); });
+  el.newTopic.addEventListener('click', function () {
+    sendFromInput({ newIntention: true });
+    el.input.focus();
+  });
   el.newSession.addEventListener('click', function () {
     if (chat && chat.newSession()) el.input.focus();
   });

@@ -18,6 +18,7 @@
     run_started: true, delta: true, state: true, done: true, error: true,
     tool_request: true, approval_required: true,
     sub_agent_call_start: true, sub_agent_partial: true, sub_agent_complete: true, sub_agent_error: true,
+    input_required: true,
   };
 
   // A child run's error codes that mean it was stopped rather than failed (DESIGN.md §11).
@@ -171,7 +172,9 @@
   //                added(item, before) / updated(item) / cleared()   items: see addItem;
   //                  before, when set, is the item the new one goes in front of (insertItem);
   //                  item.containerId, when set, is the sub-agent card the item belongs inside
-  //                controls({canSend, canCancel, canNewSession, busy, runPhase, runStatus})
+  //                controls({canSend, canCancel, canNewSession, busy, runPhase, runStatus, asking})
+  //                  asking: the question the agent asked (input_required) that the next
+  //                  message answers, or ''; send(text, {newIntention: true}) starts a new topic
   //                  runPhase: running|waiting_approval|waiting_tool|'' for the active run
   //                session(sessionId)        the session changed (persist it)
   //                toast(text, kind)
@@ -204,6 +207,7 @@
     this.unconfirmed = new Map(); // request_id → user item whose run_started has not arrived
     this.pending = null;      // request_id of the invoke awaiting run_started or an error
     this.activeRunId = null;  // the session's active root run
+    this.asking = null;       // {runId, question}: the agent's question the next message answers
     this.requests = new Map(); // request_id → what a seq-less error reply would refer to
     this.toolCards = new Map(); // tool_call_id → its card (tool requests are re-sent, so dedupe)
     this.approvalCards = new Map(); // approval_id → its card
@@ -508,7 +512,8 @@
       case 'approval_required': this.onApprovalRequired(msg); break;
       case 'sub_agent_call_start': this.onSubAgentStart(msg); break;
       case 'sub_agent_partial': this.onSubAgentPartial(msg); break;
-      case 'sub_agent_complete': this.onSubAgentEnd(msg, 'done'); break;
+      case 'sub_agent_complete': this.onSubAgentEnd(msg, msg.status === 'input_required' ? 'asked' : 'done'); break;
+      case 'input_required': this.onInputRequired(msg); break;
       case 'sub_agent_error': this.onSubAgentEnd(msg, SUB_CANCEL_CODES[msg.code] ? 'cancelled' : 'failed'); break;
       default: this.log.info('agentplane: ignoring event of unknown type', msg.type, msg);
     }
@@ -532,6 +537,36 @@
     var user = msg.parent_run_id ? null : this.runUser(msg, null);
     run = this.newRun(msg.run_id, msg.agent_id, msg.parent_run_id);
     run.user = user;
+    if (!msg.parent_run_id) this.settleQuestion(msg.resumes_run_id || '');
+  };
+
+  // onInputRequired ends a root run whose agent asked the user (DESIGN.md §12): its bubble
+  // shows the question, and the next message answers it (the same intention) unless it is
+  // sent as a new topic. A child's question is its caller's to answer; clients get it on the
+  // child's card (sub_agent_complete), so one reaching here is ignored.
+  Chat.prototype.onInputRequired = function (msg) {
+    if (msg.parent_run_id) return;
+    var run = this.ensureRun(msg);
+    var q = typeof msg.question === 'string' ? msg.question : '';
+    if (run.assistant.status !== 'running') return;
+    run.cancelling = false;
+    run.phase = '';
+    this.closeNotices(run, 'all');
+    var text = run.assistant.text ? run.assistant.text.replace(/\s+$/, '') + '\n\n' + q : q;
+    this.setItem(run.assistant, { text: text, question: q, status: 'input_required', statusText: 'asks you — your next message answers' });
+    if (this.activeRunId === run.runId) this.activeRunId = null;
+    this.asking = { runId: run.runId, question: q };
+  };
+
+  // settleQuestion: a root run started; if the agent had asked something, the question is
+  // answered (the run resumes it) or left (a new topic, another agent).
+  Chat.prototype.settleQuestion = function (resumesRunId) {
+    var asked = this.asking;
+    if (!asked) return;
+    this.asking = null;
+    var run = this.runs.get(asked.runId);
+    if (!run || run.assistant.status !== 'input_required') return;
+    this.setItem(run.assistant, { statusText: resumesRunId === asked.runId ? 'answered' : 'left unanswered — a new topic started' });
   };
 
   // runUser is the user item of a root run starting: this page's own message, now confirmed,
@@ -729,6 +764,9 @@
     if (status === 'done') {
       patch.output = typeof msg.output === 'string' ? msg.output : card.sub.partial;
       patch.usage = msg.usage || null;
+    } else if (status === 'asked') {
+      patch.question = typeof msg.question === 'string' ? msg.question : '';
+      patch.output = card.sub.partial ? card.sub.partial.replace(/\s+$/, '') + '\n\n' + patch.question : patch.question;
     } else {
       patch.error = { code: msg.code || 'error', message: msg.message || '' };
     }
@@ -749,6 +787,7 @@
     var st = status;
     var line;
     if (status === 'done') line = ['done', usageText(b.usage)].filter(Boolean).join(' · ');
+    else if (status === 'asked') line = 'asked back — its caller decides';
     else if (status === 'failed') line = 'failed — ' + errorText(b.error || {});
     else if (status === 'cancelled') line = b.error && b.error.code === 'parent_ended' ? 'stopped — its caller ended' : 'cancelled';
     else line = 'the run ended';
@@ -1057,13 +1096,16 @@
   };
 
   // send posts one user message; it returns false (and sends nothing) if one cannot be sent now.
-  Chat.prototype.send = function (text) {
+  // send sends a message. While the agent's question is open (input_required) the message
+  // answers it; opts.newIntention starts a new topic instead (the server's new_intention).
+  Chat.prototype.send = function (text, opts) {
     text = String(text == null ? '' : text);
     if (text.trim() === '' || !this.canSend()) return false;
     var msg = {
       type: 'agent_invoke', agent_id: this.settings.agent,
       message: { role: 'user', content: text },
     };
+    if (opts && opts.newIntention) msg.new_intention = true;
     if (this.sessionId) msg.session_id = this.sessionId;
     var item = this.addItem({ role: 'user', text: text, status: 'sending', statusText: 'sending…' });
     var id = this.request(msg, { kind: 'invoke' });
@@ -1131,6 +1173,7 @@
     this.subCards.clear();
     this.deferred.clear();
     this.activeRunId = null;
+    this.asking = null;
     this.emit('cleared');
     this.emit('session', null);
     this.emitControls();
@@ -1194,6 +1237,7 @@
       busy: this.pending != null || this.activeRunId != null,
       runPhase: phase,
       runStatus: live ? (run.cancelling ? 'cancelling…' : phaseText) : '',
+      asking: this.asking && !live ? this.asking.question : '',
     });
   };
 
@@ -1227,8 +1271,9 @@
       sessionId: this.sessionId,
       lastSeq: this.lastSeq,
       activeRunId: this.activeRunId,
+      asking: this.asking ? this.asking.question : '',
       messages: this.items.filter(function (it) { return it.role !== 'notice'; }).map(function (it) {
-        return { role: it.role, text: it.text, status: it.status, detail: it.statusText, runId: it.runId };
+        return { role: it.role, text: it.text, status: it.status, detail: it.statusText, runId: it.runId, question: it.question || '' };
       }),
       runPhase: run && run.assistant.status === 'running' ? run.phase : '',
       tools: this.items.filter(function (it) { return it.kind === 'tool'; }).map(function (it) {
@@ -1246,7 +1291,7 @@
         var b = it.sub;
         return {
           runId: b.runId, parentRunId: b.parentRunId, agentId: b.agentId, input: b.input, depth: b.depth,
-          state: it.status, text: it.text, partial: b.partial, output: b.output, error: b.error, durationMs: b.durationMs,
+          state: it.status, text: it.text, partial: b.partial, output: b.output, error: b.error, durationMs: b.durationMs, question: b.question || "",
           detail: it.statusText,
         };
       }),

@@ -914,6 +914,60 @@ const tests = {
     assert.deepEqual(h.chat.snapshot().approvals, []);
   },
 
+  'input required: the question on the bubble, the next message answers it, a new topic does not'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    h.chat.send('weather please');
+    s.push(ev(1, 'run_started', { request_id: s.last().request_id, message: { role: 'user', content: 'weather please' }, intention_id: 'int1' }));
+    s.push(ev(2, 'delta', { text: 'Let me check. ' }));
+    s.push(ev(3, 'input_required', { question: 'Which city?' }));
+    assert.deepEqual(h.msgs()[1], ['assistant', 'Let me check.\n\nWhich city?', 'input_required']);
+    assert.equal(h.chat.snapshot().messages[1].question, 'Which city?');
+    assert.equal(h.chat.snapshot().asking, 'Which city?');
+    assert.equal(h.events.controls.asking, 'Which city?');
+    assert.equal(h.events.controls.canSend, true, 'the session is free: the answer can be sent');
+    assert.equal(h.events.controls.canCancel, false);
+    // The answer is an ordinary message of the same intention: no new_intention.
+    h.chat.send('Paris');
+    assert.equal(s.last().type, 'agent_invoke');
+    assert.equal(s.last().new_intention, undefined);
+    s.push(ev(4, 'run_started', { run_id: 'run2', request_id: s.last().request_id, message: { role: 'user', content: 'Paris' }, resumes_run_id: 'run1' }));
+    assert.equal(h.chat.snapshot().messages[1].detail, 'answered');
+    assert.equal(h.chat.snapshot().asking, '');
+    s.push(ev(5, 'delta', { run_id: 'run2', text: 'Sunny.' }));
+    s.push(ev(6, 'input_required', { run_id: 'run2', question: 'Anything else?' }));
+    // New topic: the question is left, the message says new_intention.
+    h.chat.send('Send 250 to Bob', { newIntention: true });
+    assert.equal(s.last().new_intention, true);
+    s.push(ev(7, 'run_started', { run_id: 'run3', request_id: s.last().request_id, message: { role: 'user', content: 'Send 250 to Bob' } }));
+    const run2 = h.chat.snapshot().messages.find((m) => m.runId === 'run2' && m.role === 'assistant');
+    assert.equal(run2.detail, 'left unanswered — a new topic started');
+    assert.equal(run2.status, 'input_required');
+  },
+
+  'input required is rebuilt on reload, and a child that asks back settles its card'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    assert.deepEqual(s.last(), { type: 'subscribe', ts: h.clock.t, session_id: 's1', after_seq: 0, request_id: s.last().request_id });
+    s.push(ev(1, 'run_started', { message: { role: 'user', content: 'plan' } }));
+    s.push(ev(2, 'sub_agent_call_start', { run_id: 'c1', parent_run_id: 'run1', agent_id: 'weather', input_summary: 'weather?' }));
+    s.push(ev(3, 'sub_agent_complete', { run_id: 'c1', parent_run_id: 'run1', agent_id: 'weather', status: 'input_required', question: 'Which city?', output: '', usage: {}, duration_ms: 12 }));
+    // A child's own input_required never reaches a client, but one must not end the root.
+    s.push(ev(4, 'input_required', { run_id: 'c1', parent_run_id: 'run1', question: 'Which city?' }));
+    const sub = h.chat.snapshot().subAgents[0];
+    assert.equal(sub.state, 'asked');
+    assert.equal(sub.question, 'Which city?');
+    assert.equal(sub.text, 'Which city?');
+    assert.match(sub.detail, /^asked back/);
+    assert.equal(h.chat.snapshot().messages[1].status, 'running');
+    s.push(ev(5, 'input_required', { question: 'Which city should I check?' }));
+    assert.deepEqual(h.msgs()[1], ['assistant', 'Which city should I check?', 'input_required']);
+    assert.equal(h.events.controls.asking, 'Which city should I check?');
+    // New session forgets the question.
+    h.chat.newSession();
+    assert.equal(h.events.controls.asking, '');
+  },
+
   'stop closes for good'() {
     const h = harness();
     const s = h.connect();

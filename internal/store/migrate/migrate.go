@@ -18,6 +18,13 @@ import (
 // (https://www.sqlite.org/lang_altertable.html#otheralter).
 const foreignKeysOff = "-- agentplane:foreign-keys-off"
 
+// editsSchema marks a SQLite migration that edits a table's stored
+// definition (PRAGMA writable_schema) to loosen a CHECK without rebuilding
+// the table. SQLite rereads a schema only when schema_version changes, and
+// the new value must be computed, so the runner bumps it in the migration's
+// transaction and checks the database's integrity before committing.
+const editsSchema = "-- agentplane:edits-schema"
+
 // Apply runs every *.sql file in dir of fsys not yet recorded. With
 // advisoryLock (PostgreSQL) concurrent starters take turns, so two replicas
 // booting together do not both migrate. A file whose first line is
@@ -82,6 +89,12 @@ func applyOne(ctx context.Context, conn *sql.Conn, version, body string) (err er
 		tx.Rollback()
 		return fmt.Errorf("migrate %s: %w", version, err)
 	}
+	if strings.HasPrefix(body, editsSchema) {
+		if err := bumpSchemaVersion(ctx, tx); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migrate %s: %w", version, err)
+		}
+	}
 	if fkOff {
 		rows, err := tx.QueryContext(ctx, `PRAGMA foreign_key_check`)
 		if err != nil {
@@ -101,6 +114,25 @@ func applyOne(ctx context.Context, conn *sql.Conn, version, body string) (err er
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("migrate %s: %w", version, err)
+	}
+	return nil
+}
+
+// bumpSchemaVersion makes every connection reread the schema a migration
+// edited in place, then makes this one reread it: a definition that no
+// longer parses fails here, before the commit ("malformed database schema"),
+// not in the running server. (No integrity_check: it reads every page.)
+func bumpSchemaVersion(ctx context.Context, tx *sql.Tx) error {
+	var v int64
+	if err := tx.QueryRowContext(ctx, `PRAGMA schema_version`).Scan(&v); err != nil {
+		return fmt.Errorf("read schema_version: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA schema_version = %d`, v+1)); err != nil {
+		return fmt.Errorf("bump schema_version: %w", err)
+	}
+	var n int64
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master`).Scan(&n); err != nil {
+		return fmt.Errorf("reread the edited schema: %w", err)
 	}
 	return nil
 }

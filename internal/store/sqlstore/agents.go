@@ -7,15 +7,18 @@ import (
 	"github.com/agentplane/agentplane/internal/store"
 )
 
-const agentCols = `agent_id, name, description, endpoint, capabilities, linked_agents, sub_agent_echo, key_hash, status, last_heartbeat_at, last_probe_at, created_at, updated_at`
+const agentCols = `agent_id, name, description, endpoint, capabilities, linked_agents, sub_agent_echo, key_hash, status, last_heartbeat_at, last_probe_at, created_at, updated_at,
+	a2a, protocol, a2a_card`
 
 func scanAgent(row interface{ Scan(...any) error }) (*store.Agent, error) {
 	var a store.Agent
+	var a2a int
 	err := row.Scan(&a.AgentID, &a.Name, &a.Description, &a.Endpoint, nullJSON{&a.Capabilities}, nullJSON{&a.LinkedAgents}, &a.SubAgentEcho, &a.KeyHash,
-		&a.Status, &a.LastHeartbeatAt, &a.LastProbeAt, &a.CreatedAt, &a.UpdatedAt)
+		&a.Status, &a.LastHeartbeatAt, &a.LastProbeAt, &a.CreatedAt, &a.UpdatedAt, &a2a, &a.Protocol, nullJSON{&a.A2ACard})
 	if err != nil {
 		return nil, err
 	}
+	a.A2A = a2a == 1
 	return &a, nil
 }
 
@@ -26,14 +29,24 @@ func (q *queries) AgentUpsert(ctx context.Context, p *store.AgentUpsertParams) (
 	if echo == "" {
 		echo = store.EchoAggregate
 	}
-	a, err := scanAgent(q.queryRow(ctx, true, `INSERT INTO agents (agent_id, name, description, endpoint, capabilities, linked_agents, sub_agent_echo, key_hash, status, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'unknown', ?, ?)
+	protocol := p.Protocol
+	if protocol == "" {
+		protocol = store.ProtocolAgentplane
+	}
+	a2a := 0
+	if p.A2A {
+		a2a = 1
+	}
+	a, err := scanAgent(q.queryRow(ctx, true, `INSERT INTO agents (agent_id, name, description, endpoint, capabilities, linked_agents, sub_agent_echo, key_hash, status, created_at, updated_at,
+			a2a, protocol, a2a_card)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'unknown', ?, ?, ?, ?, ?)
 		ON CONFLICT (agent_id) DO UPDATE SET name = excluded.name, description = excluded.description, endpoint = excluded.endpoint,
 			capabilities = excluded.capabilities, linked_agents = excluded.linked_agents, sub_agent_echo = excluded.sub_agent_echo,
 			key_hash = CASE WHEN excluded.key_hash = '' THEN agents.key_hash ELSE excluded.key_hash END,
-			updated_at = excluded.updated_at
+			updated_at = excluded.updated_at, a2a = excluded.a2a, protocol = excluded.protocol, a2a_card = excluded.a2a_card
 		RETURNING `+agentCols,
-		p.AgentID, p.Name, p.Description, p.Endpoint, jsonArg(p.Capabilities, "[]"), jsonArg(p.LinkedAgents, "[]"), echo, p.KeyHash, p.At, p.At))
+		p.AgentID, p.Name, p.Description, p.Endpoint, jsonArg(p.Capabilities, "[]"), jsonArg(p.LinkedAgents, "[]"), echo, p.KeyHash, p.At, p.At,
+		a2a, protocol, jsonArg(p.A2ACard, "")))
 	if err != nil {
 		return nil, fmt.Errorf("upsert agent %s: %w", p.AgentID, mapErr(q.d, err))
 	}

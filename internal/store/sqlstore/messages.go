@@ -10,13 +10,13 @@ import (
 
 // MessageAppend appends a transcript entry.
 func (q *queries) MessageAppend(ctx context.Context, p *store.MessageAppendParams) (*store.Message, error) {
-	_, err := q.exec(ctx, `INSERT INTO messages (message_id, session_id, run_id, agent_id, parent_run_id, role, content, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		p.MessageID, p.SessionID, p.RunID, p.AgentID, p.ParentRunID, p.Role, p.Content, p.CreatedAt)
+	_, err := q.exec(ctx, `INSERT INTO messages (message_id, session_id, run_id, agent_id, parent_run_id, intention_id, role, content, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		p.MessageID, p.SessionID, p.RunID, p.AgentID, p.ParentRunID, p.IntentionID, p.Role, p.Content, p.CreatedAt)
 	if err != nil {
 		return nil, fmt.Errorf("append message to %s: %w", p.SessionID, err)
 	}
 	return &store.Message{MessageID: p.MessageID, SessionID: p.SessionID, RunID: p.RunID, AgentID: p.AgentID, ParentRunID: p.ParentRunID,
-		Role: p.Role, Content: p.Content, CreatedAt: p.CreatedAt}, nil
+		IntentionID: p.IntentionID, Role: p.Role, Content: p.Content, CreatedAt: p.CreatedAt}, nil
 }
 
 // MessagesList returns the newest p.Limit messages before p.Before, oldest
@@ -26,7 +26,7 @@ func (q *queries) MessagesList(ctx context.Context, p *store.MessagesListParams)
 	if limit <= 0 || limit > 1000 {
 		limit = 100
 	}
-	query := `SELECT message_id, session_id, run_id, agent_id, parent_run_id, role, content, created_at FROM messages WHERE session_id = ?`
+	query := `SELECT message_id, session_id, run_id, agent_id, parent_run_id, intention_id, role, content, created_at FROM messages WHERE session_id = ?`
 	args := []any{p.SessionID}
 	if p.RootOnly {
 		query += ` AND parent_run_id = ''`
@@ -45,7 +45,7 @@ func (q *queries) MessagesList(ctx context.Context, p *store.MessagesListParams)
 	out := []store.Message{}
 	for rows.Next() {
 		var m store.Message
-		if err := rows.Scan(&m.MessageID, &m.SessionID, &m.RunID, &m.AgentID, &m.ParentRunID, &m.Role, &m.Content, &m.CreatedAt); err != nil {
+		if err := rows.Scan(&m.MessageID, &m.SessionID, &m.RunID, &m.AgentID, &m.ParentRunID, &m.IntentionID, &m.Role, &m.Content, &m.CreatedAt); err != nil {
 			return nil, fmt.Errorf("list messages of %s: %w", p.SessionID, err)
 		}
 		out = append(out, m)

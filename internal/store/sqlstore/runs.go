@@ -10,13 +10,15 @@ import (
 	"github.com/agentplane/agentplane/internal/store"
 )
 
-const runCols = `run_id, session_id, agent_id, parent_run_id, root_run_id, depth, user_id, status, owner, started_at, ended_at, error, usage, child_key, tool_call_id`
+const runCols = `run_id, session_id, agent_id, parent_run_id, root_run_id, depth, user_id, status, owner, started_at, ended_at, error, usage, child_key, tool_call_id,
+	intention_id, resumes_run_id, question, question_detail`
 
 func scanRun(row interface{ Scan(...any) error }) (*store.Run, error) {
 	var r store.Run
 	var childKey sql.NullString
 	err := row.Scan(&r.RunID, &r.SessionID, &r.AgentID, &r.ParentRunID, &r.RootRunID, &r.Depth, &r.UserID, &r.Status, &r.Owner,
-		&r.StartedAt, nullInt{&r.EndedAt}, nullJSON{&r.Error}, nullJSON{&r.Usage}, &childKey, &r.ToolCallID)
+		&r.StartedAt, nullInt{&r.EndedAt}, nullJSON{&r.Error}, nullJSON{&r.Usage}, &childKey, &r.ToolCallID,
+		&r.IntentionID, &r.ResumesRunID, &r.Question, nullJSON{&r.QuestionDetail})
 	if err != nil {
 		return nil, err
 	}
@@ -52,9 +54,11 @@ func (q *queries) RunInsert(ctx context.Context, p *store.RunInsertParams) (*sto
 	if p.ChildKey != "" {
 		childKey = p.ChildKey
 	}
-	r, err := scanRun(q.queryRow(ctx, true, `INSERT INTO runs (run_id, session_id, agent_id, parent_run_id, root_run_id, depth, user_id, status, owner, started_at, child_key, tool_call_id)
-		VALUES (?, ?, ?, ?, ?, ?, ?, 'RUNNING', ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING `+runCols,
-		p.RunID, p.SessionID, p.AgentID, p.ParentRunID, root, p.Depth, p.UserID, p.Owner, p.StartedAt, childKey, p.ToolCallID))
+	r, err := scanRun(q.queryRow(ctx, true, `INSERT INTO runs (run_id, session_id, agent_id, parent_run_id, root_run_id, depth, user_id, status, owner, started_at, child_key, tool_call_id,
+			intention_id, resumes_run_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, 'RUNNING', ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING `+runCols,
+		p.RunID, p.SessionID, p.AgentID, p.ParentRunID, root, p.Depth, p.UserID, p.Owner, p.StartedAt, childKey, p.ToolCallID,
+		p.IntentionID, p.ResumesRunID))
 	if err == nil {
 		return r, nil
 	}
@@ -68,6 +72,12 @@ func (q *queries) RunInsert(ctx context.Context, p *store.RunInsertParams) (*sto
 		}
 		if err = mapErr(q.d, err); !errors.Is(err, store.ErrNotFound) {
 			return nil, fmt.Errorf("insert run %s: %w", p.RunID, err)
+		}
+	}
+	if p.ResumesRunID != "" {
+		var n int
+		if err := q.queryRow(ctx, true, `SELECT COUNT(*) FROM runs WHERE resumes_run_id = ?`, p.ResumesRunID).Scan(&n); err == nil && n > 0 {
+			return nil, fmt.Errorf("insert run %s: run %s was already resumed: %w", p.RunID, p.ResumesRunID, store.ErrConflict)
 		}
 	}
 	if p.ParentRunID != "" {
@@ -101,6 +111,45 @@ func (q *queries) RunListTree(ctx context.Context, rootRunID string) ([]*store.R
 	out, err := scanRuns(rows)
 	if err != nil {
 		return nil, fmt.Errorf("list tree of run %s: %w", rootRunID, err)
+	}
+	return out, nil
+}
+
+// RunLatest returns the newest run of a session matching p's filters.
+func (q *queries) RunLatest(ctx context.Context, p *store.RunLatestParams) (*store.Run, error) {
+	query := `SELECT ` + runCols + ` FROM runs WHERE session_id = ?`
+	args := []any{p.SessionID}
+	if p.RootOnly {
+		query += ` AND parent_run_id = ''`
+	}
+	if p.AgentID != "" {
+		query += ` AND agent_id = ?`
+		args = append(args, p.AgentID)
+	}
+	if p.IntentionID != "" {
+		query += ` AND intention_id = ?`
+		args = append(args, p.IntentionID)
+	}
+	query += ` ORDER BY started_at DESC, run_id DESC LIMIT 1`
+	r, err := scanRun(q.queryRow(ctx, false, query, args...))
+	if err != nil {
+		return nil, fmt.Errorf("latest run of session %s: %w", p.SessionID, mapErr(q.d, err))
+	}
+	return r, nil
+}
+
+// RunListIntention lists an intention's runs, oldest first.
+func (q *queries) RunListIntention(ctx context.Context, intentionID string) ([]*store.Run, error) {
+	if intentionID == "" {
+		return []*store.Run{}, nil
+	}
+	rows, err := q.query(ctx, `SELECT `+runCols+` FROM runs WHERE intention_id = ? ORDER BY started_at, run_id`, intentionID)
+	if err != nil {
+		return nil, fmt.Errorf("list runs of intention %s: %w", intentionID, err)
+	}
+	out, err := scanRuns(rows)
+	if err != nil {
+		return nil, fmt.Errorf("list runs of intention %s: %w", intentionID, err)
 	}
 	return out, nil
 }
@@ -172,11 +221,16 @@ func (q *queries) RunTransition(ctx context.Context, p *store.RunTransitionParam
 	if store.RunIsTerminal(p.Status) {
 		endedAt = p.At
 	}
-	args := []any{p.Status, endedAt, jsonArg(p.Error, ""), jsonArg(p.Usage, ""), p.RunID}
+	var question any
+	if p.Question != "" {
+		question = p.Question
+	}
+	args := []any{p.Status, endedAt, jsonArg(p.Error, ""), jsonArg(p.Usage, ""), question, jsonArg(p.QuestionDetail, ""), p.RunID}
 	for _, s := range p.From {
 		args = append(args, s)
 	}
-	query := `UPDATE runs SET status = ?, ended_at = ?, error = COALESCE(?, error), usage = COALESCE(?, usage)
+	query := `UPDATE runs SET status = ?, ended_at = ?, error = COALESCE(?, error), usage = COALESCE(?, usage),
+		question = COALESCE(?, question), question_detail = COALESCE(?, question_detail)
 		WHERE run_id = ? AND status IN (` + placeholders(len(p.From)) + `) RETURNING ` + runCols
 	r, err := scanRun(q.queryRow(ctx, true, query, args...))
 	if err == nil {

@@ -17,7 +17,9 @@ args)`` calls a tool, waiting through approvals and client tools, and raises
 :class:`ToolError` for every failure of the call. ``req.agents.invoke(agent_id,
 message)`` runs another agent as a child run and streams its events
 (:class:`AgentCall`: iterate it, or ``.text()`` / ``.result()``); a child that
-failed raises :class:`SubAgentError`.
+failed raises :class:`SubAgentError`. ``yield agentplane.InputRequired("Which
+city?")`` ends the turn asking the user; the answer resumes the intention
+(``req.resumes_run_id``, ``req.intention_id``).
 
 Both need the platform's URL and this agent's key, which registration
 returns (``agentplane.register(...)["agent_api_key"]``, shown once): set
@@ -28,7 +30,7 @@ returns (``agentplane.register(...)["agent_api_key"]``, shown once): set
 
 from .agents import AgentCall, AgentEvent, Agents, SubAgentError
 from .client import ENV_AGENT_KEY, ENV_URL, Client, register
-from .errors import AgentError, APIError, NotConfiguredError
+from .errors import AgentError, APIError, InputRequired, NotConfiguredError
 from .server import CODE_AGENT_EXCEPTION, AgentServer, Request, State, serve
 from .tools import ToolError, Tools, tool_name_from_function
 
@@ -43,6 +45,7 @@ __all__ = [
     "APIError",
     "CODE_AGENT_EXCEPTION",
     "Client",
+    "InputRequired",
     "ENV_AGENT_KEY",
     "ENV_URL",
     "NotConfiguredError",

@@ -40,7 +40,7 @@ import urllib.parse
 import urllib.request
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from .errors import AgentError, APIError
+from .errors import AgentError, APIError, InputRequired
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import Client
@@ -59,7 +59,7 @@ RETRY_BACKOFF: Tuple[float, float] = (0.1, 2.0)
 
 _RETRY_STATUSES = (502, 503, 504)
 # The events that end a child's stream.
-_TERMINAL = ("done", "error")
+_TERMINAL = ("done", "error", "input_required")
 
 
 class SubAgentError(AgentError, APIError):
@@ -250,14 +250,17 @@ class AgentCall:
     def result(self) -> Dict[str, Any]:
         """Wait for the child to end; return ``{run_id, status, output, usage, total_usage, error}``.
 
-        ``status`` is ``"DONE"``; ``output`` is the child's whole answer.
-        Raises :class:`SubAgentError` (with the child's code, and the result
-        in ``.result``) when the child failed or was cancelled.
+        ``status`` is ``"DONE"`` (``output`` is the child's whole answer) or
+        ``"INPUT_REQUIRED"``: the child asked back, not a failure —
+        ``question`` and ``detail`` say what; calling the agent again in
+        this intention answers it. Raises :class:`SubAgentError` (with the
+        child's code, and the result in ``.result``) when the child failed
+        or was cancelled.
         """
         for _ in self:
             pass
         res = self._build_result()
-        if res["status"] != "DONE":
+        if res["status"] not in ("DONE", "INPUT_REQUIRED"):
             err = res.get("error") or {}
             raise SubAgentError(
                 str(err.get("code") or res["status"].lower() or "failed"),
@@ -270,8 +273,16 @@ class AgentCall:
         return res
 
     def text(self) -> str:
-        """Wait for the child to end and return its whole output (raises :class:`SubAgentError` if it failed)."""
-        return str(self.result().get("output") or "")
+        """Wait for the child to end and return its whole output.
+
+        Raises :class:`SubAgentError` if it failed, and
+        :class:`InputRequired` with its question if it asked back — a
+        handler that lets it propagate asks the user the same question.
+        """
+        res = self.result()
+        if res["status"] == "INPUT_REQUIRED":
+            raise InputRequired(str(res.get("question") or "The agent needs more input."), res.get("detail"), run_id=self.run_id)
+        return str(res.get("output") or "")
 
     def close(self) -> None:
         """Stop following the child (it goes on running on the platform)."""
@@ -294,6 +305,19 @@ class AgentCall:
             # Closed (or cancelled) before the end: say so, without guessing.
             raise SubAgentError("stream_closed", "the call was closed before the child ended", agent_id=self.agent_id, run_id=self.run_id)
         d = end.data
+        if end.type == "input_required":
+            res = {
+                "run_id": self.run_id,
+                "status": "INPUT_REQUIRED",
+                "output": "",
+                "usage": {},
+                "total_usage": d.get("total_usage") if isinstance(d.get("total_usage"), dict) else {},
+                "error": None,
+                "question": str(d.get("question") or ""),
+                "detail": d.get("detail"),
+            }
+            self._result = res
+            return res
         if end.type == "done":
             status = str(d.get("status") or "DONE")
             out = d.get("output")

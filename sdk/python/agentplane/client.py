@@ -219,6 +219,8 @@ def register(
     *,
     description: Optional[str] = None,
     sub_agent_echo: Optional[str] = None,
+    a2a: bool = False,
+    protocol: Optional[str] = None,
     timeout: float = 30.0,
 ) -> Dict[str, Any]:
     """Register (or update) an agent; returns ``{ok, agent_id, agent_api_key?}``.
@@ -231,7 +233,9 @@ def register(
     ``description`` is what it does (offered to models with its
     ``call_<agent_id>`` tool); ``sub_agent_echo`` (``aggregate``,
     ``passthrough`` or ``off``) is how its output reaches the user when it
-    runs as a child.
+    runs as a child. ``a2a=True`` also serves the agent over A2A at
+    ``/a2a/{agent_id}``; ``protocol="a2a"`` registers a remote A2A agent
+    (``endpoint`` is its card URL or base URL).
     """
     base_url = base_url or os.environ.get(ENV_URL)
     if not base_url:
@@ -251,6 +255,10 @@ def register(
         body["sub_agent_echo"] = sub_agent_echo
     if rotate_key:
         body["rotate_key"] = True
+    if a2a:
+        body["a2a"] = True
+    if protocol is not None:
+        body["protocol"] = protocol
     return _request(
         "POST",
         base_url.rstrip("/") + "/v1/agents/register",

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Dict, Optional
 
-__all__ = ["AgentError", "APIError", "NotConfiguredError"]
+__all__ = ["AgentError", "APIError", "InputRequired", "NotConfiguredError"]
 
 
 class AgentError(Exception):
@@ -19,6 +19,42 @@ class AgentError(Exception):
         super().__init__(f"{code}: {message}" if message else code)
         self.code = code
         self.message = message
+
+
+class InputRequired(Exception):
+    """End the agent's turn asking the user (DESIGN §12): ``yield`` it (or
+    ``return`` or ``raise`` it) from a handler::
+
+        def handle(req):
+            if not city_in(req.input_message["content"]):
+                yield agentplane.InputRequired("Which city?")
+                return
+            ...
+
+    The platform gets ``event: input_required {question, detail?}`` and the
+    run ends ``INPUT_REQUIRED`` — not a failure. The user's answer starts a
+    new run that resumes this one (``req.resumes_run_id``) in the same
+    intention (``req.intention_id``), with the question and the answer in
+    its ``messages``. Nothing the handler yields after it is sent.
+
+    :meth:`AgentCall.text` raises it when the called agent asked back
+    (``run_id`` is then that child's run), so letting it propagate asks the
+    user the child's question.
+    """
+
+    def __init__(self, question: str, detail: Optional[Dict[str, Any]] = None, run_id: str = "") -> None:
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError("InputRequired needs a question")
+        super().__init__(question)
+        self.question = question
+        self.detail = detail
+        self.run_id = run_id
+
+    def payload(self) -> Dict[str, Any]:
+        p: Dict[str, Any] = {"question": self.question}
+        if self.detail is not None:
+            p["detail"] = self.detail
+        return p
 
 
 class APIError(Exception):

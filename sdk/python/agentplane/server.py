@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from ._sse import KEEPALIVE, encode_event
 from .agents import Agents
 from .client import ENV_AGENT_KEY, ENV_URL, Client
-from .errors import AgentError, NotConfiguredError
+from .errors import AgentError, InputRequired, NotConfiguredError
 
 __all__ = ["AgentServer", "Request", "State", "serve", "CODE_AGENT_EXCEPTION"]
 
@@ -56,6 +56,9 @@ class Request:
     Attributes: ``agent_id``, ``session_id``, ``run_id``, ``parent_run_id``
     (``""`` for a root run; set when another agent called this one),
     ``depth`` (0 for a root run, the caller's depth plus one for a child),
+    ``intention_id`` (the user intention the run belongs to) and
+    ``resumes_run_id`` (``""``, or the run whose question — see
+    :class:`InputRequired` — this run's input answers),
     ``user_id``, ``traceparent`` (``""`` if absent),
     ``input_message`` (``{"role", "content"}``), ``messages`` (the
     transcript the platform chose to send, a list of ``{"role", "content"}``
@@ -81,6 +84,8 @@ class Request:
         self.session_id: str = _str(body.get("session_id")) or _str(headers.get("x-session-id"))
         self.run_id: str = _str(body.get("run_id")) or _str(headers.get("x-run-id"))
         self.parent_run_id: str = _str(body.get("parent_run_id"))
+        self.intention_id: str = _str(body.get("intention_id"))
+        self.resumes_run_id: str = _str(body.get("resumes_run_id"))
         depth = body.get("depth")
         self.depth: int = depth if isinstance(depth, int) and not isinstance(depth, bool) and depth >= 0 else 0
         im = body.get("input_message")
@@ -642,13 +647,15 @@ def _drive(handler: Handler, req: Request, pump: _Pump) -> None:
             result = _run_async(result, req, emit)
         if result is None:
             pass
-        elif isinstance(result, (str, State)):
+        elif isinstance(result, (str, State, InputRequired)):
             emit.item(result)
         elif isinstance(result, (bytes, dict)) or not hasattr(result, "__iter__"):
-            raise TypeError(f"handler returned {type(result).__name__}; want str, State, None or an iterable of them")
+            raise TypeError(f"handler returned {type(result).__name__}; want str, State, InputRequired, None or an iterable of them")
         else:
             _drain(iter(result), req, emit)
         emit.terminal("done", {"usage": req.usage if req.usage is not None else {}})
+    except InputRequired as e:
+        emit.terminal("input_required", e.payload())
     except AgentError as e:
         emit.terminal("error", {"code": e.code, "message": e.message})
     except Exception as e:
@@ -667,6 +674,8 @@ def _drain(it: Any, req: Request, emit: "_Emitter") -> None:
             if req.cancelled:
                 break
             emit.item(item)
+            if emit.ended:
+                break  # InputRequired ended the turn
     finally:
         # Closing raises GeneratorExit at the generator's yield, so its
         # finally blocks release what they hold (LLM streams, files).
@@ -696,6 +705,8 @@ def _run_async(obj: Any, req: Request, emit: "_Emitter") -> Any:
                     if req.cancelled:
                         break
                     emit.item(item)
+                    if emit.ended:
+                        break
             finally:
                 await obj.aclose()
             return None
@@ -717,14 +728,23 @@ class _Emitter:
         self._pump = pump
         self._done = False
 
+    @property
+    def ended(self) -> bool:
+        return self._done
+
     def item(self, item: Any) -> None:
+        if self._done:
+            return
+        if isinstance(item, InputRequired):
+            self.terminal("input_required", item.payload())
+            return
         if isinstance(item, str):
             if item:  # an empty delta tells the user nothing
                 self._pump.put(encode_event("delta", {"text": item}))
         elif isinstance(item, State):
             self._pump.put(encode_event("state", {"state": item.state, "detail": item.detail if item.detail is not None else {}}))
         else:
-            raise TypeError(f"handler yielded {type(item).__name__}; want str or agentplane.State")
+            raise TypeError(f"handler yielded {type(item).__name__}; want str, agentplane.State or agentplane.InputRequired")
 
     def terminal(self, event: str, data: Dict[str, Any]) -> None:
         if self._done:

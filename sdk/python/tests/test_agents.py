@@ -83,6 +83,19 @@ class AgentsTest(unittest.TestCase):
         self.assertEqual(rec.body["message"], {"role": "user", "content": "Weather in Paris?"})
         self.assertTrue(rec.body["idempotency_key"].startswith("idk_"))
 
+    def test_child_that_asks_back(self) -> None:
+        # input_required ends the child's stream: not a failure in result(),
+        # the question raised as InputRequired by text().
+        p = self.platform({INVOKE: script(stream(ev(1, "run_started", agent_id="weather"),
+                                                 ev(2, "input_required", question="Which city?", detail={"choices": ["Paris"]}, status="INPUT_REQUIRED")))})
+        call = self.agents(p).invoke("weather", "Weather?")
+        self.assertEqual([e.type for e in call], ["run_started", "input_required"])
+        res = call.result()
+        self.assertEqual((res["status"], res["question"], res["detail"], res["error"]), ("INPUT_REQUIRED", "Which city?", {"choices": ["Paris"]}, None))
+        with self.assertRaises(agentplane.InputRequired) as cm:
+            call.text()
+        self.assertEqual((cm.exception.question, cm.exception.run_id), ("Which city?", "run_child"))
+
     def test_result_without_iterating(self) -> None:
         p = self.platform({INVOKE: script(stream(ev(1, "run_started"), ev(2, "delta", text="x"), DONE))})
         self.assertEqual(self.agents(p).invoke("weather", {"role": "user", "content": "hi"}, idempotency_key="k1").text(), "Sunny in Paris")

@@ -105,6 +105,43 @@ class ServerTest(unittest.TestCase):
             ],
         )
 
+    def test_input_required(self) -> None:
+        # yield, return and raise all end the turn asking; nothing after it
+        # is sent; the request carries intention_id and resumes_run_id.
+        seen: List[agentplane.Request] = []
+        closed = threading.Event()
+
+        def yielding(req: agentplane.Request) -> Any:
+            seen.append(req)
+            try:
+                yield "Let me see. "
+                yield agentplane.InputRequired("Which city?", {"choices": ["Paris"]})
+                yield "never sent"
+            finally:
+                closed.set()
+
+        body = {"agent_id": "w", "session_id": "s", "run_id": "r2", "input_message": {"role": "user", "content": "hi"},
+                "intention_id": "int_1", "resumes_run_id": "r1"}
+        server = self.start(yielding)
+        self.assertEqual(
+            events(server.port, body),
+            [("delta", {"text": "Let me see. "}), ("input_required", {"question": "Which city?", "detail": {"choices": ["Paris"]}})],
+        )
+        self.assertTrue(closed.wait(WAIT), "the generator was not closed after InputRequired")
+        self.assertEqual((seen[0].intention_id, seen[0].resumes_run_id), ("int_1", "r1"))
+
+        def raising(req: agentplane.Request) -> Any:
+            yield "x"
+            raise agentplane.InputRequired("Which day?")
+
+        for handler in (raising, lambda req: agentplane.InputRequired("Which city?")):
+            with self.subTest(handler=handler):
+                got = events(self.start(handler).port)
+                self.assertEqual(got[-1][0], "input_required")
+                self.assertNotIn("done", [e[0] for e in got])
+        with self.assertRaises(ValueError):
+            agentplane.InputRequired("  ")
+
     def test_iterable_result_and_unicode(self) -> None:
         server = self.start(lambda req: ["héllo ", "wörld\n", "✓"])
         self.assertEqual(
