@@ -9,6 +9,11 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentplane/agentplane/internal/tracing"
 )
 
 // Causes of a call's context being cancelled by the proxy itself.
@@ -53,6 +58,8 @@ type call struct {
 	err       *CallError
 	outcome   string
 	wroteHead bool // headers went to the client; errors can no longer be answered
+
+	span trace.Span // the call's span (DESIGN §14), ended by finish
 }
 
 // serveCall handles one metered endpoint.
@@ -94,7 +101,21 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep *endpoint) 
 	c.strip = c.injected
 	p.rec.Record(caller, EventCallStarted, CallStarted{CallID: c.id, Model: c.model, Endpoint: ep.name, Stream: c.stream})
 
-	c.ctx, c.cancel = context.WithCancelCause(r.Context())
+	// The call's span: a child of the agent's traceparent, if it sent one
+	// (the invoke span it was given, or a span of its own); the upstream is
+	// sent this span's traceparent.
+	op := "chat" // gen_ai.operation.name: chat completions and responses alike
+	if ep == epEmbeddings {
+		op = "embeddings"
+	}
+	ctx, span := tracing.Start(r.Context(), op+" "+c.model, trace.SpanKindClient)
+	c.span = span
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("gen_ai.operation.name", op), attribute.String("agentplane.endpoint", ep.name), attribute.String("gen_ai.request.model", c.model),
+			tracing.RunID.String(caller.RunID), tracing.SessionID.String(caller.SessionID), tracing.AgentID.String(caller.AgentID),
+			attribute.String("agentplane.llm_call_id", c.id), attribute.Bool("agentplane.stream", c.stream))
+	}
+	c.ctx, c.cancel = context.WithCancelCause(ctx)
 	total := time.AfterFunc(p.cfg.Timeouts.Total, func() { c.cancel(errTotalTimeout) })
 	defer func() {
 		total.Stop()
@@ -285,6 +306,7 @@ func (c *call) send(r *http.Request, u *upstream, body []byte) (*http.Response, 
 	req.URL = u.endpointURL(c.ep.suffix, r.URL.RawQuery)
 	req.Host = req.URL.Host
 	req.Header = upstreamHeader(r.Header, u.APIKey)
+	tracing.Inject(c.ctx, req.Header)
 	req.ContentLength = int64(len(body))
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	// GetBody lets the transport replay the body when a kept-alive
@@ -403,6 +425,17 @@ func (c *call) finish() {
 		d.EstimatedCost = pr.Cost(c.usage)
 	}
 	c.p.rec.Record(c.caller, EventCallDone, d)
+	if c.span.IsRecording() {
+		c.span.SetAttributes(attribute.String("gen_ai.response.model", c.upstreamModel), tracing.Outcome.String(c.outcome),
+			attribute.Int("http.response.status_code", c.status), attribute.String("agentplane.upstream", c.upstream),
+			attribute.Int64("gen_ai.usage.input_tokens", c.usage.PromptTokens), attribute.Int64("gen_ai.usage.output_tokens", c.usage.CompletionTokens),
+			attribute.Int64("agentplane.usage.cached_tokens", c.usage.CachedTokens), attribute.Int64("agentplane.usage.reasoning_tokens", c.usage.ReasoningTokens),
+			attribute.Int("agentplane.attempts", c.attempts))
+		if c.err != nil {
+			tracing.Fail(c.span, c.err.Code)
+		}
+	}
+	c.span.End()
 	c.p.lim.charge(c.caller.AgentID, c.usage.TotalTokens, time.Now())
 }
 
