@@ -32,6 +32,7 @@ const (
 	ToolCallID  = attribute.Key("agentplane.tool_call_id")
 	ToolName    = attribute.Key("agentplane.tool_name")
 	ToolKind    = attribute.Key("agentplane.tool_kind")
+	ToolState   = attribute.Key("agentplane.tool_state")
 	Outcome     = attribute.Key("agentplane.outcome")
 	Protocol    = attribute.Key("agentplane.protocol")
 )
