@@ -2,7 +2,8 @@ package tracing
 
 import (
 	"context"
-	"crypto/rand"
+	"encoding/binary"
+	"math/rand/v2"
 
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
@@ -20,31 +21,27 @@ func (idTracer) Start(ctx context.Context, _ string, opts ...trace.SpanStartOpti
 	if cfg := trace.NewSpanStartConfig(opts...); cfg.NewRoot() {
 		parent = trace.SpanContext{}
 	}
-	var b [24]byte
-	for {
-		rand.Read(b[:])
-		if !zero(b[16:]) && (parent.IsValid() || !zero(b[:16])) {
-			break
-		}
-	}
+	return idStart(ctx, parent)
+}
+
+// idStart starts an id-only span, a child of parent if it is valid.
+func idStart(ctx context.Context, parent trace.SpanContext) (context.Context, trace.Span) {
+	// math/rand/v2's generator (per-thread ChaCha8, no lock, no system
+	// call) is what span ids need: unique, not secret.
 	cfg := trace.SpanContextConfig{TraceFlags: trace.FlagsSampled}
-	copy(cfg.SpanID[:], b[16:])
+	for !cfg.SpanID.IsValid() {
+		binary.LittleEndian.PutUint64(cfg.SpanID[:], rand.Uint64())
+	}
 	if parent.IsValid() {
 		cfg.TraceID, cfg.TraceFlags, cfg.TraceState = parent.TraceID(), parent.TraceFlags(), parent.TraceState()
 	} else {
-		copy(cfg.TraceID[:], b[:16])
-	}
-	s := idSpan{sc: trace.NewSpanContext(cfg)}
-	return trace.ContextWithSpan(ctx, s), s
-}
-
-func zero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
+		for !cfg.TraceID.IsValid() {
+			binary.LittleEndian.PutUint64(cfg.TraceID[:8], rand.Uint64())
+			binary.LittleEndian.PutUint64(cfg.TraceID[8:], rand.Uint64())
 		}
 	}
-	return true
+	s := &idSpan{sc: trace.NewSpanContext(cfg)}
+	return trace.ContextWithSpan(ctx, s), s
 }
 
 // idSpan is a non-recording span with its own span context.
@@ -53,4 +50,4 @@ type idSpan struct {
 	sc trace.SpanContext
 }
 
-func (s idSpan) SpanContext() trace.SpanContext { return s.sc }
+func (s *idSpan) SpanContext() trace.SpanContext { return s.sc }

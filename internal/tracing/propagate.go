@@ -2,6 +2,7 @@ package tracing
 
 import (
 	"context"
+	"encoding/hex"
 	"net/http"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -16,12 +17,31 @@ func Traceparent(ctx context.Context) string {
 	if !sc.IsValid() {
 		return ""
 	}
-	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
+	return traceparent(sc)
+}
+
+func traceparent(sc trace.SpanContext) string {
+	var b [55]byte
+	b[0], b[1], b[2] = '0', '0', '-'
+	tid, sid := sc.TraceID(), sc.SpanID()
+	hex.Encode(b[3:35], tid[:])
+	b[35] = '-'
+	hex.Encode(b[36:52], sid[:])
+	b[52] = '-'
+	hex.Encode(b[53:55], []byte{byte(sc.TraceFlags())})
+	return string(b[:])
 }
 
 // Inject sets the traceparent (and tracestate) of ctx's span on h.
 func Inject(ctx context.Context, h http.Header) {
-	w3c.Inject(ctx, propagation.HeaderCarrier(h))
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return
+	}
+	h["Traceparent"] = []string{traceparent(sc)}
+	if ts := sc.TraceState(); ts.Len() > 0 {
+		h["Tracestate"] = []string{ts.String()}
+	}
 }
 
 // Extract returns ctx with the remote parent h's traceparent names, or
