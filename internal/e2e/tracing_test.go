@@ -84,10 +84,23 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	tracer := tp.Tracer("test-agent")
 
+	// A child agent the traced agent calls (direct form): its run's span
+	// is a child of the agent's span, the request's traceparent.
+	var child agentplane.AgentHandler
+	childSrv := httptest.NewServer(&child)
+	t.Cleanup(childSrv.Close)
+	childKey := s.register("traced-child", childSrv.URL)
+	child.Platform = agentplane.NewClient(s.URL, childKey)
+	child.Handler = func(ctx context.Context, req *agentplane.Request, st agentplane.Stream) error { return st.Delta("child says hi") }
+
 	var h agentplane.AgentHandler
 	agentSrv := httptest.NewServer(&h)
 	t.Cleanup(agentSrv.Close)
-	key := s.register("tracer", agentSrv.URL)
+	code, reg := s.call("POST", "/v1/agents/register", adminKey, map[string]any{"agent_id": "tracer", "endpoint": agentSrv.URL, "linked_agents": []string{"traced-child"}})
+	if code != http.StatusCreated && code != http.StatusOK {
+		t.Fatalf("register: %d %v", code, reg)
+	}
+	key := sv(reg, "agent_api_key")
 	h.Platform = agentplane.NewClient(s.URL, key)
 	h.Handler = func(ctx context.Context, req *agentplane.Request, st agentplane.Stream) error {
 		ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(req.Header))
@@ -113,6 +126,14 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 		if _, err := c.Tools().Invoke(ctx, "trace.echo", map[string]any{"x": 1}); err != nil {
 			return err
 		}
+		stream, err := c.Agents().Invoke(ctx, "traced-child", "hello")
+		if err != nil {
+			return err
+		}
+		defer stream.Close()
+		if _, err := stream.Text(); err != nil {
+			return err
+		}
 		return st.Delta("traced")
 	}
 
@@ -128,12 +149,16 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 	runID, sid := sv(started, "run_id"), sv(started, "session_id")
 
 	// Every expected span, by name, once all have arrived.
-	want := []string{"agentplane.run", "agentplane.agent.invoke", "agent.handle", "chat fake-gpt", "agentplane.tool_call trace.echo", "agentplane.tool.execute trace.echo"}
+	want := []string{"agentplane.run", "agentplane.agent.invoke", "agent.handle", "child.run", "child.invoke", "chat fake-gpt", "agentplane.tool_call trace.echo", "agentplane.tool.execute trace.echo"}
 	byName := map[string]otlprecv.Span{}
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		byName = map[string]otlprecv.Span{}
 		for _, sp := range rc.Spans() {
-			byName[sp.Name] = sp
+			name := sp.Name
+			if sp.Attrs["agentplane.agent_id"] == "traced-child" {
+				name = strings.Replace(strings.Replace(name, "agentplane.run", "child.run", 1), "agentplane.agent.invoke", "child.invoke", 1)
+			}
+			byName[name] = sp
 		}
 		missing := false
 		for _, n := range want {
@@ -158,7 +183,8 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 	for _, link := range []struct {
 		child  otlprecv.Span
 		parent string
-	}{{run, callerSpan}, {invoke, run.SpanID}, {agentSpan, invoke.SpanID}, {llm, agentSpan.SpanID}, {call, agentSpan.SpanID}, {exec, call.SpanID}} {
+	}{{run, callerSpan}, {invoke, run.SpanID}, {agentSpan, invoke.SpanID}, {llm, agentSpan.SpanID}, {call, agentSpan.SpanID}, {exec, call.SpanID},
+		{byName["child.run"], agentSpan.SpanID}, {byName["child.invoke"], byName["child.run"].SpanID}} {
 		if link.child.ParentSpanID != link.parent {
 			t.Errorf("%v: parent %s, want %s", link.child, link.child.ParentSpanID, link.parent)
 		}

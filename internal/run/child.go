@@ -88,7 +88,11 @@ func (m *Manager) StartChild(ctx context.Context, p ChildParams) (*ChildStarted,
 	}
 	var started *ChildStarted
 	var launch func()
+	caller := trace.SpanContextFromContext(ctx) // the child's span's parent; the log's ctx does not carry it
 	evs, err := m.log.Do(ctx, parent.SessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
+		if caller.IsValid() {
+			ctx = trace.ContextWithSpanContext(ctx, caller)
+		}
 		locked, err := tx.RunLock(ctx, parent.RunID)
 		if err != nil {
 			return nil, err
