@@ -91,7 +91,9 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 	t.Cleanup(childSrv.Close)
 	childKey := s.register("traced-child", childSrv.URL)
 	child.Platform = agentplane.NewClient(s.URL, childKey)
-	child.Handler = func(ctx context.Context, req *agentplane.Request, st agentplane.Stream) error { return st.Delta("child says hi") }
+	child.Handler = func(ctx context.Context, req *agentplane.Request, st agentplane.Stream) error {
+		return st.Delta("child says hi")
+	}
 
 	var h agentplane.AgentHandler
 	agentSrv := httptest.NewServer(&h)
