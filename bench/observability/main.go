@@ -50,6 +50,7 @@ type config struct {
 	deltas     int
 	scrapeEach time.Duration
 	baseline   string
+	sampled    string
 }
 
 // target is one platform process.
@@ -78,6 +79,7 @@ func main() {
 	flag.IntVar(&cfg.deltas, "deltas", 20, "deltas each run's agent streams")
 	flag.DurationVar(&cfg.scrapeEach, "scrape-every", time.Second, "GET /metrics period of the scraped target")
 	flag.StringVar(&cfg.baseline, "baseline-bin", "", "an agentplane binary built without tracing (e.g. from the commit before it): measured as target \"baseline\", configured as \"off\", and the reference of the ratios")
+	flag.StringVar(&cfg.sampled, "sampled", "", "also measure target \"sampled\": traced with OTEL_TRACES_SAMPLER=parentbased_traceidratio and this OTEL_TRACES_SAMPLER_ARG (e.g. 0.1)")
 	flag.Parse()
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "observability:", err)
@@ -132,6 +134,9 @@ func run(cfg config) error {
 		{"off", bin, nil, false},
 		{"traced", bin, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + otlpURL}, false},
 		{"scraped", bin, nil, true},
+	}
+	if cfg.sampled != "" {
+		specs = append(specs, spec{"sampled", bin, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + otlpURL, "OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=" + cfg.sampled}, false})
 	}
 	if cfg.baseline != "" {
 		specs = append([]spec{{"baseline", cfg.baseline, nil, false}}, specs...)
