@@ -57,11 +57,9 @@ func BenchmarkLLMSpan(b *testing.B) {
 		}))
 		defer srv.Close()
 		b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+		// A queue no loop can fill: every span is exported, none dropped.
 		shutdown, err := Setup(context.Background(), func(k string) string {
-			if k == "OTEL_EXPORTER_OTLP_ENDPOINT" {
-				return srv.URL
-			}
-			return ""
+			return map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": srv.URL, "OTEL_BSP_MAX_QUEUE_SIZE": "100000000"}[k]
 		})
 		if err != nil {
 			b.Fatal(err)

@@ -82,7 +82,7 @@ func Setup(ctx context.Context, getenv func(string) string) (shutdown func(conte
 	if err != nil {
 		res = resource.Default()
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(newBatcher(exp, getenv)), sdktrace.WithResource(res))
 	otel.SetTracerProvider(tp)
 	t := tp.Tracer("github.com/agentplane/agentplane")
 	tracer.Store(&t)
@@ -120,3 +120,6 @@ func Fail(span trace.Span, desc string) {
 		span.SetStatus(codes.Error, desc)
 	}
 }
+
+// otelHandle reports an export error the way the SDK's processor does.
+func otelHandle(err error) { otel.Handle(err) }
