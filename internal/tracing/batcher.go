@@ -73,24 +73,27 @@ func (b *batcher) loop() {
 	t := time.NewTicker(b.delay)
 	defer t.Stop()
 	for {
+		all := true
 		select {
 		case <-b.stop:
 			return
 		case <-t.C:
 		case <-b.kick:
+			all = false // full batches only: no small post of the stragglers
 		}
-		_ = b.export(context.Background())
+		_ = b.export(context.Background(), all)
 	}
 }
 
-// export sends everything queued, a batch at a time.
-func (b *batcher) export(ctx context.Context) error {
+// export sends what is queued, a batch at a time: everything, or (all
+// false) full batches only.
+func (b *batcher) export(ctx context.Context, all bool) error {
 	b.exporting.Lock()
 	defer b.exporting.Unlock()
 	for {
 		b.mu.Lock()
 		n := min(len(b.buf), b.maxOut)
-		if n == 0 {
+		if n == 0 || (!all && n < b.maxOut) {
 			b.mu.Unlock()
 			return nil
 		}
@@ -110,14 +113,14 @@ func (b *batcher) export(ctx context.Context) error {
 	}
 }
 
-func (b *batcher) ForceFlush(ctx context.Context) error { return b.export(ctx) }
+func (b *batcher) ForceFlush(ctx context.Context) error { return b.export(ctx, true) }
 
 func (b *batcher) Shutdown(ctx context.Context) error {
 	var err error
 	b.once.Do(func() {
 		close(b.stop)
 		<-b.done
-		err = b.export(ctx)
+		err = b.export(ctx, true)
 		if e := b.exp.Shutdown(ctx); err == nil {
 			err = e
 		}
