@@ -128,6 +128,10 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 		if _, err := c.Tools().Invoke(ctx, "trace.echo", map[string]any{"x": 1}); err != nil {
 			return err
 		}
+		// The tool form: the child's span is a child of the tool call's.
+		if _, err := c.Tools().Invoke(ctx, "call_traced-child", map[string]any{"message": "by tool"}); err != nil {
+			return err
+		}
 		stream, err := c.Agents().Invoke(ctx, "traced-child", "hello")
 		if err != nil {
 			return err
@@ -151,16 +155,32 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 	runID, sid := sv(started, "run_id"), sv(started, "session_id")
 
 	// Every expected span, by name, once all have arrived.
-	want := []string{"agentplane.run", "agentplane.agent.invoke", "agent.handle", "child.run", "child.invoke", "chat fake-gpt", "agentplane.tool_call trace.echo", "agentplane.tool.execute trace.echo"}
+	want := []string{"agentplane.run", "agentplane.agent.invoke", "agent.handle", "child.run", "child.invoke", "toolchild.run", "agentplane.tool_call call_traced-child", "chat fake-gpt", "agentplane.tool_call trace.echo", "agentplane.tool.execute trace.echo"}
 	byName := map[string]otlprecv.Span{}
+	var childRuns []otlprecv.Span
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		byName = map[string]otlprecv.Span{}
+		childRuns = nil
 		for _, sp := range rc.Spans() {
 			name := sp.Name
 			if sp.Attrs["agentplane.agent_id"] == "traced-child" {
 				name = strings.Replace(strings.Replace(name, "agentplane.run", "child.run", 1), "agentplane.agent.invoke", "child.invoke", 1)
 			}
+			if name == "child.run" {
+				childRuns = append(childRuns, sp)
+				continue
+			}
 			byName[name] = sp
+		}
+		// The child runs: the direct form's is the agent span's child, the
+		// tool form's the tool call's.
+		toolCall := byName["agentplane.tool_call call_traced-child"]
+		for _, sp := range childRuns {
+			if toolCall.SpanID != "" && sp.ParentSpanID == toolCall.SpanID {
+				byName["toolchild.run"] = sp
+			} else {
+				byName["child.run"] = sp
+			}
 		}
 		missing := false
 		for _, n := range want {
@@ -186,7 +206,8 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 		child  otlprecv.Span
 		parent string
 	}{{run, callerSpan}, {invoke, run.SpanID}, {agentSpan, invoke.SpanID}, {llm, agentSpan.SpanID}, {call, agentSpan.SpanID}, {exec, call.SpanID},
-		{byName["child.run"], agentSpan.SpanID}, {byName["child.invoke"], byName["child.run"].SpanID}} {
+		{byName["child.run"], agentSpan.SpanID}, {byName["agentplane.tool_call call_traced-child"], agentSpan.SpanID},
+		{byName["toolchild.run"], byName["agentplane.tool_call call_traced-child"].SpanID}} {
 		if link.child.ParentSpanID != link.parent {
 			t.Errorf("%v: parent %s, want %s", link.child, link.child.ParentSpanID, link.parent)
 		}
