@@ -273,33 +273,40 @@ func (b *llmBridge) Record(c llmproxy.Caller, eventType string, payload any) {
 	if err != nil {
 		b.lg.Error("llm event not queued", "type", eventType, "run_id", c.RunID, "err", err)
 	}
-	if c.RunID != "" {
-		b.track(c.RunID, eventType)
+	if c.RunID != "" && eventType == llmproxy.EventCallDone {
+		b.callEnded(c.RunID)
 	}
 }
 
-// track counts a run's calls in flight. The done event is already queued
-// when the count drops, so anything the run writes afterwards on the same
-// session commits after it.
-func (b *llmBridge) track(runID, eventType string) {
+// CallBegun counts a run's calls in flight from their admission (their
+// llm_call_started may never be recorded: see llmproxy.Config.StartedEventAfter).
+func (b *llmBridge) CallBegun(c llmproxy.Caller) {
+	if c.RunID == "" {
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	c := b.inflight[runID]
-	switch eventType {
-	case llmproxy.EventCallStarted:
-		if c == nil {
-			c = &calls{idle: make(chan struct{})}
-			b.inflight[runID] = c
-		}
-		c.n++
-	case llmproxy.EventCallDone:
-		if c == nil {
-			return
-		}
-		if c.n--; c.n == 0 {
-			close(c.idle)
-			delete(b.inflight, runID)
-		}
+	n := b.inflight[c.RunID]
+	if n == nil {
+		n = &calls{idle: make(chan struct{})}
+		b.inflight[c.RunID] = n
+	}
+	n.n++
+}
+
+// callEnded uncounts a call. Its done event is already queued when the
+// count drops, so anything the run writes afterwards on the same session
+// commits after it.
+func (b *llmBridge) callEnded(runID string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := b.inflight[runID]
+	if n == nil {
+		return
+	}
+	if n.n--; n.n == 0 {
+		close(n.idle)
+		delete(b.inflight, runID)
 	}
 }
 
