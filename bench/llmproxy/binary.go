@@ -394,12 +394,17 @@ func runBinary(e *binaryEnv, shapes []loadShape, modes []string, d, warmup time.
 	// Every call was recorded (no sampling): the platform's usage total
 	// counts each llm_call_done. The write is behind the call, so allow the
 	// last group commit to land.
-	time.Sleep(500 * time.Millisecond)
 	for ti, t := range e.targets {
 		if t.admin == "" {
 			continue
 		}
-		n, err := recordedCalls(t.admin)
+		var n int64
+		var err error
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if n, err = recordedCalls(t.admin); err != nil || n >= int64(sent[ti]) {
+				break
+			}
+		}
 		if err != nil {
 			fmt.Printf("%s: recorded calls unknown: %v\n", t.name, err)
 			continue

@@ -265,7 +265,7 @@ func (b *llmBridge) Record(c llmproxy.Caller, eventType string, payload any) {
 		parent = b.runs[c.RunID].parentRunID
 		b.mu.Unlock()
 	}
-	err = b.log.AppendAsync(context.Background(), func(_ []store.Event, err error) {
+	err = b.log.AppendBehind(context.Background(), func(_ []store.Event, err error) {
 		if err != nil {
 			b.lg.Error("llm event not recorded", "type", eventType, "run_id", c.RunID, "session_id", sid, "err", err)
 		}
