@@ -241,13 +241,16 @@ func (b *llmBridge) authenticate(r *http.Request) (llmproxy.Caller, error) {
 // and returns; the writer commits it with its neighbours, and Stop flushes
 // it on a clean shutdown. Calls outside a run go to the agent's own session.
 func (b *llmBridge) Record(c llmproxy.Caller, eventType string, payload any) {
+	var data []byte
 	if d, ok := payload.(llmproxy.CallDone); ok {
 		b.metrics.record(c.AgentID, &d)
-	}
-	data, err := json.Marshal(payload)
-	if err != nil {
-		b.lg.Error("llm event encode", "type", eventType, "err", err)
-		return
+		data = d.AppendJSON(make([]byte, 0, 512))
+	} else {
+		var err error
+		if data, err = json.Marshal(payload); err != nil {
+			b.lg.Error("llm event encode", "type", eventType, "err", err)
+			return
+		}
 	}
 	sid := c.SessionID
 	if sid == "" {
@@ -265,7 +268,7 @@ func (b *llmBridge) Record(c llmproxy.Caller, eventType string, payload any) {
 		parent = b.runs[c.RunID].parentRunID
 		b.mu.Unlock()
 	}
-	err = b.log.AppendBehind(context.Background(), func(_ []store.Event, err error) {
+	err := b.log.AppendBehind(context.Background(), func(_ []store.Event, err error) {
 		if err != nil {
 			b.lg.Error("llm event not recorded", "type", eventType, "run_id", c.RunID, "session_id", sid, "err", err)
 		}
