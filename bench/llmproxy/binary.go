@@ -65,9 +65,11 @@ func (e *binaryEnv) close() {
 	}
 }
 
-// startBinaryEnv builds the binary and starts the upstream, the baseline
-// and one platform per store.
-func startBinaryEnv(stores []string, bin string) (_ *binaryEnv, err error) {
+// startBinaryEnv builds the binary (unless bins names some) and starts the
+// upstream, the baseline and one platform per binary and store. bins are
+// "path" or "label=path"; with more than one, targets are named
+// store@label, so two builds are compared in the same run.
+func startBinaryEnv(stores []string, bins []string) (_ *binaryEnv, err error) {
 	e := &binaryEnv{}
 	defer func() {
 		if err != nil {
@@ -79,10 +81,12 @@ func startBinaryEnv(stores []string, bin string) (_ *binaryEnv, err error) {
 		return nil, err
 	}
 	e.cleanup = append(e.cleanup, func() { os.RemoveAll(dir) })
-	if bin == "" {
-		if bin, err = benchproc.BuildPlatform(dir); err != nil {
+	if len(bins) == 0 {
+		bin, err := benchproc.BuildPlatform(dir)
+		if err != nil {
 			return nil, err
 		}
+		bins = []string{bin}
 	}
 	up, err := benchproc.SelfProc("upstream", []string{"upstream"}, nil, nil)
 	if err != nil {
@@ -102,25 +106,35 @@ func startBinaryEnv(stores []string, bin string) (_ *binaryEnv, err error) {
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	for _, st := range stores {
-		var dsn string
-		switch st {
-		case "sqlite":
-			dsn = "sqlite:" + filepath.Join(dir, "llm-bench.db")
-		case "postgres":
-			var drop func()
-			if dsn, drop, err = benchproc.PostgresSchema(benchproc.PostgresURL()); err != nil {
-				return nil, err
+	for bi, spec := range bins {
+		label, bin, ok := strings.Cut(spec, "=")
+		if !ok {
+			label, bin = fmt.Sprint(bi+1), spec
+		}
+		for _, st := range stores {
+			var dsn string
+			switch st {
+			case "sqlite":
+				dsn = "sqlite:" + filepath.Join(dir, fmt.Sprintf("llm-bench-%d.db", bi))
+			case "postgres":
+				var drop func()
+				if dsn, drop, err = benchproc.PostgresSchema(benchproc.PostgresURL()); err != nil {
+					return nil, err
+				}
+				e.cleanup = append(e.cleanup, drop)
+			default:
+				return nil, fmt.Errorf("unknown store %q", st)
 			}
-			e.cleanup = append(e.cleanup, drop)
-		default:
-			return nil, fmt.Errorf("unknown store %q", st)
+			name := st
+			if len(bins) > 1 {
+				name += "@" + label
+			}
+			t, err := e.startPlatform(name, bin, dsn, cfgFile)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			e.targets = append(e.targets, t)
 		}
-		t, err := e.startPlatform(st, bin, dsn, cfgFile)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", st, err)
-		}
-		e.targets = append(e.targets, t)
 	}
 	return e, nil
 }
@@ -257,7 +271,7 @@ func measure(t target, stream bool, shape loadShape, d time.Duration) (ss []samp
 		ss = loadFn(func(at time.Time) sample { return oneTo(t.base, t.key, t.runID, stream, at) }, shape.rate, d).samples
 	}
 	cpu = benchproc.ProcCPU(t.pid) - c0
-	if t.name == "postgres" {
+	if strings.HasPrefix(t.name, "postgres") {
 		dbCPU = postgresCPU() - pg0
 	}
 	return ss, cpu, dbCPU

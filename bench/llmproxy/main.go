@@ -52,7 +52,7 @@ func main() {
 	var (
 		inproc   = flag.Bool("inprocess", false, "run the in-process micro-benchmark (no database) instead of the binary comparison")
 		stores   = flag.String("stores", "sqlite,postgres", "binary: stores to run agentplane on")
-		bin      = flag.String("bin", "", "binary: an agentplane binary to measure (default: build ./cmd/agentplane)")
+		bin      = flag.String("bin", "", "binary: agentplane binaries to measure, comma-separated, each \"path\" or \"label=path\" (default: build ./cmd/agentplane); several are measured side by side in one run")
 		shapesF  = flag.String("load", "w1,w4,w16,r1000", "binary: load shapes: wN = N closed-loop workers, rN = N req/s open loop")
 		rates    = flag.String("rates", "500,1000", "request rates to measure, per second")
 		duration = flag.Duration("duration", 3*time.Second, "measured time per target and round (soak: total time)")
@@ -114,7 +114,11 @@ func main() {
 		if _, err := benchproc.RaiseNoFile(); err != nil {
 			fmt.Fprintln(os.Stderr, "raise fd limit:", err)
 		}
-		env, err := startBinaryEnv(strings.Split(*stores, ","), *bin)
+		var bins []string
+		if *bin != "" {
+			bins = strings.Split(*bin, ",")
+		}
+		env, err := startBinaryEnv(strings.Split(*stores, ","), bins)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
