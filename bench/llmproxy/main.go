@@ -90,7 +90,7 @@ func main() {
 		}()
 	}
 
-	if !*inproc {
+	if !*inproc && !*soak {
 		if *duration == 3*time.Second && !isSet("duration") {
 			*duration = 2 * time.Second
 		}
