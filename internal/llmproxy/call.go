@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,6 +61,11 @@ type call struct {
 	wroteHead bool // headers went to the client; errors can no longer be answered
 
 	span trace.Span // the call's span (DESIGN §14), ended by finish
+
+	// The deferred llm_call_started: recMu orders it before the done event.
+	recMu        sync.Mutex
+	startedTimer *time.Timer
+	ended        bool // llm_call_done is being recorded: no start any more
 }
 
 // serveCall handles one metered endpoint.
@@ -99,7 +105,14 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep *endpoint) 
 		model: ri.model, upstreamModel: upModel, stream: ri.stream}
 	c.injected = ep.chat && ri.stream && !ri.clientUsage
 	c.strip = c.injected
-	p.rec.Record(caller, EventCallStarted, CallStarted{CallID: c.id, Model: c.model, Endpoint: ep.name, Stream: c.stream})
+	if b, ok := p.rec.(CallBeginner); ok {
+		b.CallBegun(caller)
+	}
+	if after := p.cfg.StartedEventAfter; after < 0 {
+		c.recordStarted()
+	} else {
+		c.startedTimer = time.AfterFunc(after, c.recordStarted)
+	}
 
 	// The call's span: a child of the agent's traceparent, if it sent one
 	// (the invoke span it was given, or a span of its own); the upstream is
@@ -385,13 +398,31 @@ func (c *call) answerError(w http.ResponseWriter) {
 	c.wroteHead = true
 }
 
+// recordStarted records llm_call_started unless the call has ended.
+func (c *call) recordStarted() {
+	c.recMu.Lock()
+	defer c.recMu.Unlock()
+	if !c.ended {
+		c.p.rec.Record(c.caller, EventCallStarted, CallStarted{CallID: c.id, Model: c.model, Endpoint: c.ep.name, Stream: c.stream})
+	}
+}
+
 // finish records llm_call_done and charges the token budget.
 func (c *call) finish() {
+	// After this no llm_call_started can be recorded, and one that was is
+	// already queued: the done event always follows its start.
+	c.recMu.Lock()
+	c.ended = true
+	c.recMu.Unlock()
+	if c.startedTimer != nil {
+		c.startedTimer.Stop()
+	}
 	if c.outcome == "" {
 		c.outcome = OutcomeOK
 	}
 	d := CallDone{
 		CallID:           c.id,
+		StartedAt:        c.start.UnixMilli(),
 		Model:            c.model,
 		Endpoint:         c.ep.name,
 		Stream:           c.stream,
