@@ -228,12 +228,35 @@ func endedRuns(ctx context.Context, tx store.Queries, batch []*op) (map[string]b
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	ended, err := tx.RunsEnded(ctx, ids)
-	if err != nil || len(ended) == 0 {
-		return nil, err
+	// Asked in chunks of a power of two (≤ 256) runs: the statement's text
+	// depends on the count, and a few texts stay in the store's prepared
+	// statement cache where one per batch size would flood it.
+	var ended map[string]bool
+	for size := runsEndedChunk; len(ids) > 0; {
+		if size > len(ids) {
+			size >>= 1
+			continue
+		}
+		got, err := tx.RunsEnded(ctx, ids[:size])
+		if err != nil {
+			return nil, err
+		}
+		for id, yes := range got {
+			if !yes {
+				continue
+			}
+			if ended == nil {
+				ended = map[string]bool{}
+			}
+			ended[id] = true
+		}
+		ids = ids[size:]
 	}
 	return ended, nil
 }
+
+// runsEndedChunk is the most runs one RunsEnded statement asks about.
+const runsEndedChunk = 256
 
 func dropEnded(evs []store.EventParams, ended map[string]bool) []store.EventParams {
 	keep := evs[:0:0]
