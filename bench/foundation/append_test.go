@@ -1,10 +1,12 @@
 package main
 
-// Sustained event appends per second on each store (issue 2), in one run:
+// Sustained event appends per second on each store (issue 2), in one run,
+// over 10, 1,000 and 10,000 sessions (issue 13: the rate must not fall with
+// the number of sessions):
 //
 //	go test -run '^$' -bench Append -benchtime 5s ./bench/foundation
 //
-//	async   eventlog.Log.AppendAsync from 200 goroutines over 1,000 sessions:
+//	async   eventlog.Log.AppendAsync from 200 goroutines over the sessions:
 //	        what a streaming run does with each delta (group commit)
 //	sync    eventlog.Log.Append (waits for the commit) from the same goroutines
 //	raw     the baseline: store.EventsAppend with one event per call, one
@@ -36,10 +38,11 @@ import (
 	"github.com/agentplane/agentplane/internal/testdb"
 )
 
-const (
-	appendWriters  = 200 // like the 200 streaming runs of the latency benchmark
-	appendSessions = 1000
-)
+// appendWriters is like the 200 streaming runs of the latency benchmark.
+const appendWriters = 200
+
+// appendSessionCounts is the sessions matrix.
+var appendSessionCounts = []int{10, 1000, 10000}
 
 // countingStore counts write transactions, to report events per commit.
 type countingStore struct {
@@ -59,104 +62,118 @@ func (c *countingStore) EventsAppend(ctx context.Context, events []store.EventPa
 
 func BenchmarkAppend(b *testing.B) {
 	for _, dialect := range testdb.Dialects {
-		b.Run(dialect, func(b *testing.B) {
-			st := &countingStore{Store: testdb.Open(b, dialect)}
-			ctx := context.Background()
-			sessions := make([]string, appendSessions)
-			runs := make([]string, appendSessions)
-			for i := range sessions {
-				sessions[i], runs[i] = ids.New("ses"), ids.New("run")
-				if _, err := st.SessionCreate(ctx, &store.SessionCreateParams{SessionID: sessions[i], UserID: "bench", CreatedAt: time.Now().UnixMilli()}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-
-			// appendEach runs submit for b.N events spread over the writers,
-			// each writer cycling through its own share of the sessions.
-			appendEach := func(b *testing.B, submit func(i int, e store.EventParams)) {
-				var next atomic.Int64
-				b.SetParallelism((appendWriters + gomaxprocs() - 1) / gomaxprocs())
-				b.RunParallel(func(pb *testing.PB) {
-					w := int(next.Add(1) - 1)
-					for k := 0; pb.Next(); k++ {
-						s := (w + k*appendWriters) % appendSessions
-						submit(s, delta(sessions[s], runs[s], k))
-					}
-				})
-			}
-			report := func(b *testing.B, txs0 int64, cpu0 time.Duration) {
-				secs := b.Elapsed().Seconds()
-				b.ReportMetric(float64(b.N)/secs, "events/s")
-				b.ReportMetric(float64(processCPU()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/event")
-				if txs := st.txs.Load() - txs0; txs > 0 {
-					b.ReportMetric(float64(b.N)/float64(txs), "events/commit")
-				}
-			}
-
-			b.Run("async", func(b *testing.B) {
-				l := eventlog.New(st, eventlog.Options{Logger: quiet})
-				defer l.Stop()
-				var wg sync.WaitGroup
-				var failed atomic.Int64
-				done := func(_ []store.Event, err error) {
-					if err != nil {
-						failed.Add(1)
-					}
-					wg.Done()
-				}
-				txs0, cpu0 := st.txs.Load(), processCPU()
-				b.ResetTimer()
-				appendEach(b, func(_ int, e store.EventParams) {
-					wg.Add(1)
-					if err := l.AppendAsync(ctx, done, e); err != nil {
-						failed.Add(1)
-						wg.Done()
-					}
-				})
-				wg.Wait() // every event committed before the clock stops
-				b.StopTimer()
-				if n := failed.Load(); n > 0 {
-					b.Fatalf("%d appends failed", n)
-				}
-				report(b, txs0, cpu0)
+		for _, appendSessions := range appendSessionCounts {
+			b.Run(fmt.Sprintf("%s/sessions=%d", dialect, appendSessions), func(b *testing.B) {
+				benchmarkAppend(b, dialect, appendSessions)
 			})
+		}
+	}
+}
 
-			b.Run("sync", func(b *testing.B) {
-				l := eventlog.New(st, eventlog.Options{Logger: quiet})
-				defer l.Stop()
-				var failed atomic.Int64
-				txs0, cpu0 := st.txs.Load(), processCPU()
-				b.ResetTimer()
-				appendEach(b, func(_ int, e store.EventParams) {
-					if _, err := l.Append(ctx, e); err != nil {
-						failed.Add(1)
-					}
-				})
-				b.StopTimer()
-				if n := failed.Load(); n > 0 {
-					b.Fatalf("%d appends failed", n)
-				}
-				report(b, txs0, cpu0)
-			})
+func benchmarkAppend(b *testing.B, dialect string, appendSessions int) {
+	st := &countingStore{Store: testdb.Open(b, dialect)}
+	ctx := context.Background()
+	sessions := make([]string, appendSessions)
+	runs := make([]string, appendSessions)
+	// One transaction for all sessions: 10,000 fsyncs would take
+	// longer than the measurement.
+	err := st.Store.InTx(ctx, func(tx store.Queries) error {
+		for i := range sessions {
+			sessions[i], runs[i] = ids.New("ses"), ids.New("run")
+			if _, err := tx.SessionCreate(ctx, &store.SessionCreateParams{SessionID: sessions[i], UserID: "bench", CreatedAt: time.Now().UnixMilli()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
-			b.Run("raw-batch1", func(b *testing.B) {
-				var failed atomic.Int64
-				txs0, cpu0 := st.txs.Load(), processCPU()
-				b.ResetTimer()
-				appendEach(b, func(_ int, e store.EventParams) {
-					if _, err := st.EventsAppend(ctx, []store.EventParams{e}); err != nil {
-						failed.Add(1)
-					}
-				})
-				b.StopTimer()
-				if n := failed.Load(); n > 0 {
-					b.Fatalf("%d appends failed", n)
-				}
-				report(b, txs0, cpu0)
-			})
+	// appendEach runs submit for b.N events spread over the writers,
+	// each writer cycling through its own share of the sessions.
+	appendEach := func(b *testing.B, submit func(i int, e store.EventParams)) {
+		var next atomic.Int64
+		b.SetParallelism((appendWriters + gomaxprocs() - 1) / gomaxprocs())
+		b.RunParallel(func(pb *testing.PB) {
+			w := int(next.Add(1) - 1)
+			for k := 0; pb.Next(); k++ {
+				s := (w + k*appendWriters) % appendSessions
+				submit(s, delta(sessions[s], runs[s], k))
+			}
 		})
 	}
+	report := func(b *testing.B, txs0 int64, cpu0 time.Duration) {
+		secs := b.Elapsed().Seconds()
+		b.ReportMetric(float64(b.N)/secs, "events/s")
+		b.ReportMetric(float64(processCPU()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/event")
+		if txs := st.txs.Load() - txs0; txs > 0 {
+			b.ReportMetric(float64(b.N)/float64(txs), "events/commit")
+		}
+	}
+
+	b.Run("async", func(b *testing.B) {
+		l := eventlog.New(st, eventlog.Options{Logger: quiet})
+		defer l.Stop()
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		done := func(_ []store.Event, err error) {
+			if err != nil {
+				failed.Add(1)
+			}
+			wg.Done()
+		}
+		txs0, cpu0 := st.txs.Load(), processCPU()
+		b.ResetTimer()
+		appendEach(b, func(_ int, e store.EventParams) {
+			wg.Add(1)
+			if err := l.AppendAsync(ctx, done, e); err != nil {
+				failed.Add(1)
+				wg.Done()
+			}
+		})
+		wg.Wait() // every event committed before the clock stops
+		b.StopTimer()
+		if n := failed.Load(); n > 0 {
+			b.Fatalf("%d appends failed", n)
+		}
+		report(b, txs0, cpu0)
+	})
+
+	b.Run("sync", func(b *testing.B) {
+		l := eventlog.New(st, eventlog.Options{Logger: quiet})
+		defer l.Stop()
+		var failed atomic.Int64
+		txs0, cpu0 := st.txs.Load(), processCPU()
+		b.ResetTimer()
+		appendEach(b, func(_ int, e store.EventParams) {
+			if _, err := l.Append(ctx, e); err != nil {
+				failed.Add(1)
+			}
+		})
+		b.StopTimer()
+		if n := failed.Load(); n > 0 {
+			b.Fatalf("%d appends failed", n)
+		}
+		report(b, txs0, cpu0)
+	})
+
+	b.Run("raw-batch1", func(b *testing.B) {
+		var failed atomic.Int64
+		txs0, cpu0 := st.txs.Load(), processCPU()
+		b.ResetTimer()
+		appendEach(b, func(_ int, e store.EventParams) {
+			if _, err := st.EventsAppend(ctx, []store.EventParams{e}); err != nil {
+				failed.Add(1)
+			}
+		})
+		b.StopTimer()
+		if n := failed.Load(); n > 0 {
+			b.Fatalf("%d appends failed", n)
+		}
+		report(b, txs0, cpu0)
+	})
 }
 
 // delta is an agent_stream_delta like a streaming run logs.

@@ -1,8 +1,8 @@
-// Command foundation measures the foundation of agentplane (issue 2) on
+// Command foundation measures the event log and delivery of agentplane (issues 2 and 13) on
 // loopback, against the real `agentplane serve` binary running as its own
 // process, each time next to a baseline measured in the same run:
 //
-//	go run ./bench/foundation latency   # agent SSE write → client WebSocket receive, 200 runs × 20 deltas/s
+//	go run ./bench/foundation latency   # agent SSE write → client WebSocket receive, 50/200/1,000 streams × 20 deltas/s, server CPU per event
 //	go run ./bench/foundation memory    # memory per idle WebSocket connection at 10,000 connections
 //
 // Sustained event appends are a `go test` benchmark in this directory:

@@ -32,7 +32,7 @@ type Options struct {
 	// QueueSize bounds each writer's queue; submitters block when it is
 	// full (backpressure instead of unbounded memory). Default 8192.
 	QueueSize int
-	// MaxBatch bounds the ops in one transaction. Default 1024.
+	// MaxBatch bounds the ops in one transaction. Default 8192.
 	MaxBatch int
 	Logger   *slog.Logger
 	// Origin is a readable prefix of the name this log gives itself in
@@ -77,7 +77,7 @@ func New(st store.Store, opts Options) *Log {
 		opts.QueueSize = 8192
 	}
 	if opts.MaxBatch <= 0 {
-		opts.MaxBatch = 1024
+		opts.MaxBatch = 8192
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

@@ -106,34 +106,53 @@ func (w *writer) loop(stopped chan<- struct{}) {
 }
 
 // commit runs the batch in one transaction. If any op fails, the whole
-// transaction is rolled back and each op is retried alone, so one bad op
-// (a conflict, a constraint) cannot take its neighbours down with it.
+// transaction is rolled back and the batch is retried in halves, in order, so
+// one bad op (a conflict, a constraint) cannot take its neighbours down and
+// costs O(log n) transactions rather than one per op: a batch grows to
+// thousands of ops when the writer is behind (issue 13), and retrying each
+// alone would then stall the log for seconds.
 func (w *writer) commit(batch []*op) {
-	// Cancellation of the submitter must not abort a shared transaction.
-	ctx := context.Background()
 	results := make([][]store.Event, len(batch))
-	err := w.st.InTx(ctx, func(tx store.Queries) error {
-		return w.runOps(ctx, tx, batch, results)
-	})
-	if err == nil {
-		w.finish(batch, results, nil)
-		return
-	}
-	if len(batch) == 1 {
-		w.finish(batch, results, []error{err})
-		return
-	}
-	errs := make([]error, len(batch))
-	for i, o := range batch {
-		one := results[i : i+1]
-		errs[i] = w.st.InTx(ctx, func(tx store.Queries) error {
-			return w.runOps(ctx, tx, []*op{o}, one)
-		})
-		if errs[i] != nil {
-			one[0] = nil
+	var errs []error
+	if err := w.try(batch, results); err != nil {
+		errs = make([]error, len(batch))
+		if len(batch) == 1 {
+			errs[0] = err
+		} else {
+			w.split(batch, results, errs)
 		}
 	}
 	w.finish(batch, results, errs)
+}
+
+// try runs ops in one transaction. On failure nothing is kept in results.
+func (w *writer) try(ops []*op, results [][]store.Event) error {
+	// Cancellation of the submitter must not abort a shared transaction.
+	ctx := context.Background()
+	err := w.st.InTx(ctx, func(tx store.Queries) error {
+		return w.runOps(ctx, tx, ops, results)
+	})
+	if err != nil {
+		clear(results)
+	}
+	return err
+}
+
+// split retries a failed batch: each half in one transaction, the first
+// before the second (a session's ops commit in submission order), halving
+// again whatever fails until the failing op is alone and gets its error.
+func (w *writer) split(ops []*op, results [][]store.Event, errs []error) {
+	if len(ops) == 1 {
+		errs[0] = w.try(ops, results)
+		return
+	}
+	mid := len(ops) / 2
+	for _, r := range [][2]int{{0, mid}, {mid, len(ops)}} {
+		part, res, perr := ops[r[0]:r[1]], results[r[0]:r[1]], errs[r[0]:r[1]]
+		if len(part) == 1 || w.try(part, res) != nil {
+			w.split(part, res, perr)
+		}
+	}
 }
 
 // runOps executes ops in order. Consecutive plain appends are merged into
@@ -249,12 +268,35 @@ func endedRuns(ctx context.Context, tx store.Queries, batch []*op) (map[string]b
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	ended, err := tx.RunsEnded(ctx, ids)
-	if err != nil || len(ended) == 0 {
-		return nil, err
+	// Asked in chunks of a power of two (≤ 256) runs: the statement's text
+	// depends on the count, and a few texts stay in the store's prepared
+	// statement cache where one per batch size would flood it.
+	var ended map[string]bool
+	for size := runsEndedChunk; len(ids) > 0; {
+		if size > len(ids) {
+			size >>= 1
+			continue
+		}
+		got, err := tx.RunsEnded(ctx, ids[:size])
+		if err != nil {
+			return nil, err
+		}
+		for id, yes := range got {
+			if !yes {
+				continue
+			}
+			if ended == nil {
+				ended = map[string]bool{}
+			}
+			ended[id] = true
+		}
+		ids = ids[size:]
 	}
 	return ended, nil
 }
+
+// runsEndedChunk is the most runs one RunsEnded statement asks about.
+const runsEndedChunk = 256
 
 func dropEnded(evs []store.EventParams, ended map[string]bool) []store.EventParams {
 	keep := evs[:0:0]

@@ -68,7 +68,15 @@ func Open(ctx context.Context, path string) (*sqlstore.DB, error) {
 	// The writer never checkpoints: a checkpoint inside a commit stalls the
 	// whole event log (60-900 ms seen). A background PASSIVE checkpoint on a
 	// reader connection does it instead without blocking the writer.
-	write, err := sql.Open("sqlite", sqliteDSN(path, append(pragmas, "wal_autocheckpoint(0)")))
+	// cache_size(-65536): the writer's page cache is 64 MiB instead of
+	// SQLite's 2 MiB. A batch of events touches one leaf page per session in
+	// each per-session and per-run index; with 1,000 streaming sessions that
+	// working set outgrows 2 MiB, and each commit re-read those pages with
+	// pread and spilled dirty ones to the WAL mid-transaction (issue 13: the
+	// append rate fell with the number of sessions; at 1,000 streams 40 % of
+	// the server's CPU was pread/pwrite). The cache grows only as pages are
+	// used.
+	write, err := sql.Open("sqlite", sqliteDSN(path, append(pragmas, "wal_autocheckpoint(0)", "cache_size(-65536)")))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
