@@ -222,14 +222,21 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 
 func (w *writer) finish(batch []*op, results [][]store.Event, errs []error) {
 	var all []store.Event
+	for i := range batch {
+		if errs == nil || errs[i] == nil {
+			all = append(all, results[i]...)
+		}
+	}
+	// Counted before anyone is told: a caller whose Append returned sees
+	// its commit in Stats.
+	w.commits.Add(1)
+	w.appended.Add(int64(len(all)))
 	for i, o := range batch {
 		var err error
 		if errs != nil {
 			err = errs[i]
 		}
-		if err == nil {
-			all = append(all, results[i]...)
-		} else if o.done == nil {
+		if err != nil && o.done == nil {
 			w.log.Error("event log append failed", "err", err)
 		}
 		if o.done != nil {
@@ -240,13 +247,11 @@ func (w *writer) finish(batch []*op, results [][]store.Event, errs []error) {
 			}
 		}
 	}
-	w.commits.Add(1)
 	if w.latency != nil && !batch[0].queued.IsZero() && !batch[0].behind {
 		// The batch's first op waited longest: queue, transaction, commit.
 		w.latency.Observe(time.Since(batch[0].queued).Seconds())
 	}
 	if len(all) > 0 {
-		w.appended.Add(int64(len(all)))
 		w.publish(all)
 	}
 }
