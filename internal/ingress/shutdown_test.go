@@ -58,7 +58,7 @@ func TestShutdownSendsEverythingCommittedBeforeTheClose(t *testing.T) {
 
 		stopped := make(chan struct{})
 		go func() {
-			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			sctx, cancel := context.WithTimeout(ctx, 60*time.Second) // generous: 16 MiB through a -race build on a loaded machine
 			defer cancel()
 			srv.Shutdown(sctx)
 			close(stopped)

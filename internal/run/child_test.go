@@ -598,7 +598,10 @@ func TestOrphanedTreeFailsDeepestFirst(t *testing.T) {
 func TestWaitingOnAChildIsNotIdle(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, dialect string) {
 		inv := loopbackInvoker(t)
-		inv.FirstByteTimeout, inv.IdleTimeout = 2*time.Second, 300*time.Millisecond
+		// The idle timeout leaves room for the parent's own call to reach
+		// the platform on a loaded machine; the child then keeps the parent
+		// silent for 2.5 s, well past it.
+		inv.FirstByteTimeout, inv.IdleTimeout = 3*time.Second, time.Second
 		h := newTreeHarness(t, dialect, Options{Invoker: inv})
 		h.agent("a", []string{"b"}, "", func(ctx context.Context, in invokeBody, out *sseOut) error {
 			out.send("state", map[string]any{"state": "calling", "detail": map[string]any{}})
@@ -612,9 +615,9 @@ func TestWaitingOnAChildIsNotIdle(t *testing.T) {
 			return out.done(nil)
 		})
 		h.agent("b", nil, "", func(ctx context.Context, in invokeBody, out *sseOut) error {
-			for range 12 {
+			for range 10 {
 				out.delta(".")
-				time.Sleep(100 * time.Millisecond)
+				time.Sleep(250 * time.Millisecond)
 			}
 			return out.done(nil)
 		})
