@@ -89,14 +89,39 @@ type claimedCall struct {
 // outcome_unknown — never sent again.
 //
 // The dispatch that has the call's arguments claims it in its own
-// transaction (issue 13: one commit fewer per call); execute claims a call
-// dispatched elsewhere in one of its own.
+// transaction (dispatchClaimed; issue 13: one commit fewer per call);
+// execute claims a call dispatched elsewhere in one of its own.
 func (st *step) claim(c *store.ToolCall, rec policyRecord) (*store.ToolCall, error) {
 	cur, err := st.move(c, store.ToolCallTransitionParams{From: []string{store.ToolCallDispatched}, Status: store.ToolCallRunning, IncAttempts: true})
 	if err != nil {
 		return cur, err
 	}
-	st.event(eventlog.TypeToolDispatched, map[string]any{"tool_call_id": cur.ToolCallID, "tool_name": cur.ToolName, "kind": cur.Kind, "attempt": cur.Attempts, "endpoint": rec.Endpoint, "deadline_at": cur.DeadlineAt})
+	st.dispatched(cur, rec)
+	return cur, nil
+}
+
+// dispatched records tool_dispatched for c, just claimed.
+func (st *step) dispatched(c *store.ToolCall, rec policyRecord) {
+	st.event(eventlog.TypeToolDispatched, map[string]any{"tool_call_id": c.ToolCallID, "tool_name": c.ToolName, "kind": c.Kind, "attempt": c.Attempts, "endpoint": rec.Endpoint, "deadline_at": c.DeadlineAt})
+}
+
+// dispatchClaimed dispatches c and claims it in one statement (through
+// DISPATCHED to RUNNING, as claim), recording what dispatch and claim
+// record, in the same order: the run's state, then tool_dispatched.
+func (st *step) dispatchClaimed(c *store.ToolCall, rec policyRecord, deadline int64) (*store.ToolCall, error) {
+	cur, err := st.move(c, store.ToolCallTransitionParams{From: []string{c.Status}, Via: store.ToolCallDispatched, Status: store.ToolCallRunning, DeadlineAt: &deadline, IncAttempts: true})
+	if err != nil {
+		return cur, err
+	}
+	// The run's state follows the dispatch (detail: DISPATCHED, as a
+	// dispatch without the claim would say).
+	shown := *cur
+	shown.Status = store.ToolCallDispatched
+	if err := st.syncRun(&shown, nil); err != nil {
+		return cur, err
+	}
+	st.dispatched(cur, rec)
+	st.toPost = append(st.toPost, claimedCall{c: cur, rec: rec, args: st.s.argsFor(cur, rec)})
 	return cur, nil
 }
 

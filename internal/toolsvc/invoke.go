@@ -130,6 +130,7 @@ func (s *Service) Invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 			ToolCallID: callID, RunID: run.RunID, SessionID: run.SessionID, AgentID: p.AgentID,
 			ToolName: t.Def.Name, Kind: t.Def.Kind, Args: stored, IdempotencyKey: p.IdempotencyKey,
 			ArgsHash: hash, TimeoutMS: timeout, At: st.at,
+			Policy: rec, // decided above: inserted POLICY_CHECKED
 		})
 		if errors.Is(err, store.ErrDuplicate) {
 			existing = c
@@ -146,9 +147,6 @@ func (s *Service) Invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 			created["idempotency_key"] = p.IdempotencyKey
 		}
 		st.event(eventlog.TypeToolCallCreated, created)
-		if c, err = st.move(c, store.ToolCallTransitionParams{From: []string{store.ToolCallCreated}, Status: store.ToolCallPolicyChecked, Policy: rec}); err != nil {
-			return err
-		}
 		pd := map[string]any{"tool_call_id": c.ToolCallID, "tool_name": c.ToolName, "decision": decision.Decision, "rule": decision.Rule, "eval_us": evalUS}
 		if decision.Expr != "" {
 			pd["expr"] = decision.Expr

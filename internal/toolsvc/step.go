@@ -162,26 +162,19 @@ func (st *step) finish(c *store.ToolCall, from []string, status string, result, 
 // client_offline at once when none is connected.
 func (st *step) dispatch(c *store.ToolCall) (*store.ToolCall, error) {
 	deadline := st.at + c.TimeoutMS
+	if c.Kind == store.ToolKindServer || c.Kind == store.ToolKindMCP {
+		if rec := recordOf(c); st.s.argsFor(c, rec) != nil {
+			return st.dispatchClaimed(c, rec, deadline)
+		}
+	}
 	c, err := st.move(c, store.ToolCallTransitionParams{From: []string{c.Status}, Status: store.ToolCallDispatched, DeadlineAt: &deadline})
 	if err != nil {
 		return c, err
 	}
 	switch c.Kind {
 	case store.ToolKindServer, store.ToolKindMCP:
-		if err := st.syncRun(c, nil); err != nil {
-			return c, err
-		}
-		rec := recordOf(c)
-		args := st.s.argsFor(c, rec)
-		if args == nil {
-			st.toRun = append(st.toRun, c)
-			return c, nil
-		}
-		if c, err = st.claim(c, rec); err != nil {
-			return c, err
-		}
-		st.toPost = append(st.toPost, claimedCall{c: c, rec: rec, args: args})
-		return c, nil
+		st.toRun = append(st.toRun, c) // claimed by the holder of its arguments
+		return c, st.syncRun(c, nil)
 	case store.ToolKindAgent:
 		return st.dispatchAgent(c)
 	}
