@@ -1,32 +1,32 @@
-// Command llmproxy-bench measures the latency agentplane's LLM proxy adds,
-// on loopback, with open-loop load: requests are sent on a fixed schedule,
-// each on its own goroutine, whether or not earlier ones have finished, so
-// a slow server cannot slow the load down and hide its own queueing.
-// Latency is measured from the moment a request is sent to its last byte;
-// how late the generator itself sent it is reported apart ("generator
-// lag").
+// Command llmproxy measures the latency and CPU agentplane's LLM proxy adds.
 //
-// In one run it compares, for each rate and for non-streaming and streaming
-// chat completions:
+// The default is the product's figure: the shipped binary (`agentplane
+// serve`, built from this checkout) on SQLite and on PostgreSQL, each call
+// authenticated, bound to a live run, metered and recorded in the event
+// log, against a bare httputil.ReverseProxy with a tuned transport in its
+// own process, all in front of one fake upstream process. It measures JSON
+// and SSE chat completions at 1, 4 and 16 closed-loop workers and at 1,000
+// req/s open loop (requests sent on a fixed schedule whether or not earlier
+// ones have finished), rounds interleaving the targets so drift hits all
+// alike, and reports added p50/p99 over the baseline measured in the same
+// round and the server CPU per request from /proc.
 //
-//	direct     the fake upstream itself (internal/fakellm)
-//	reverse    a bare httputil.ReverseProxy in front of it
-//	agentplane the LLM proxy, every call metered and recorded through a
-//	           batching, write-behind recorder like the real event log's
+//	go run ./bench/llmproxy                        # binary comparison, both stores
+//	go run ./bench/llmproxy -stores sqlite -rounds 1
 //
-// and reports p50/p90/p99 and agentplane's added latency over the bare
-// reverse proxy. Rounds interleave the targets so drift hits all alike, and
-// a round during which other processes on the machine used more than
-// -max-external cores is redone (two cores leave no room for a neighbour's
-// build in the tail latencies).
+// -inprocess runs the older micro-benchmark: proxy package, fake upstream
+// and a stand-in recorder in one process, no database. It isolates the
+// proxy's own request path; it is not the product's figure.
 //
-//	go run ./bench/llmproxy                                   # the comparison
-//	go run ./bench/llmproxy -soak -duration 10m -rate 1000    # memory over time
+//	go run ./bench/llmproxy -inprocess                              # micro-benchmark
+//	go run ./bench/llmproxy -inprocess -soak -duration 10m -rate 1000 # memory over time
 package main
 
 import (
 	"flag"
+
 	"fmt"
+	"github.com/agentplane/agentplane/bench/internal/benchproc"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -36,11 +36,28 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "upstream":
+			runUpstream()
+			return
+		case "reverse":
+			fs := flag.NewFlagSet("reverse", flag.ExitOnError)
+			target := fs.String("target", "", "upstream base URL")
+			fs.Parse(os.Args[2:])
+			runReverse(*target)
+			return
+		}
+	}
 	var (
+		inproc   = flag.Bool("inprocess", false, "run the in-process micro-benchmark (no database) instead of the binary comparison")
+		stores   = flag.String("stores", "sqlite,postgres", "binary: stores to run agentplane on")
+		bin      = flag.String("bin", "", "binary: agentplane binaries to measure, comma-separated, each \"path\" or \"label=path\" (default: build ./cmd/agentplane); several are measured side by side in one run")
+		shapesF  = flag.String("load", "w1,w4,w16,r1000", "binary: load shapes: wN = N closed-loop workers, rN = N req/s open loop")
 		rates    = flag.String("rates", "500,1000", "request rates to measure, per second")
 		duration = flag.Duration("duration", 3*time.Second, "measured time per target and round (soak: total time)")
 		warmup   = flag.Duration("warmup", 500*time.Millisecond, "unmeasured load before each measurement")
-		rounds   = flag.Int("rounds", 6, "rounds; each round measures every target once, in turn")
+		rounds   = flag.Int("rounds", 0, "rounds; each round measures every target once, in turn")
 		maxExt   = flag.Float64("max-external", 0.15, "redo rounds during which other processes used more CPU than this (cores); 0 keeps every round")
 		modes    = flag.String("modes", "json,stream", "json (non-streaming) and/or stream")
 		soak     = flag.Bool("soak", false, "soak the proxy alone and print memory over time")
@@ -73,6 +90,47 @@ func main() {
 		}()
 	}
 
+	if !*inproc && !*soak {
+		if *duration == 3*time.Second && !isSet("duration") {
+			*duration = 2 * time.Second
+		}
+		if *rounds == 0 {
+			*rounds = 3
+		}
+		var shapes []loadShape
+		for _, f := range strings.Split(*shapesF, ",") {
+			f = strings.TrimSpace(f)
+			n, err := strconv.Atoi(f[1:])
+			if err != nil || n <= 0 || (f[0] != 'w' && f[0] != 'r') {
+				fmt.Fprintf(os.Stderr, "bad load shape %q (wN or rN)\n", f)
+				os.Exit(2)
+			}
+			if f[0] == 'w' {
+				shapes = append(shapes, loadShape{workers: n})
+			} else {
+				shapes = append(shapes, loadShape{rate: n})
+			}
+		}
+		if _, err := benchproc.RaiseNoFile(); err != nil {
+			fmt.Fprintln(os.Stderr, "raise fd limit:", err)
+		}
+		var bins []string
+		if *bin != "" {
+			bins = strings.Split(*bin, ",")
+		}
+		env, err := startBinaryEnv(strings.Split(*stores, ","), bins)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		defer env.close()
+		fmt.Printf("# LLM proxy on the binary — %s, %d CPUs, %s\n\n", time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), runtime.Version())
+		runBinary(env, shapes, strings.Split(*modes, ","), *duration, *warmup, *rounds)
+		return
+	}
+	if *rounds == 0 {
+		*rounds = 6
+	}
 	env, err := startEnv()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -96,4 +154,11 @@ func main() {
 		rs = append(rs, r)
 	}
 	runComparison(env, rs, strings.Split(*modes, ","), *duration, *warmup, *rounds, *maxExt)
+}
+
+// isSet says whether the flag was given on the command line.
+func isSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

@@ -13,9 +13,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/agentplane/agentplane/internal/config"
 	"github.com/agentplane/agentplane/internal/server"
+	"github.com/agentplane/agentplane/internal/tracing"
 )
 
 const usage = `agentplane — a control plane for AI agents
@@ -98,13 +100,38 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "agentplane:", err)
 		return 2
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logger := NewLogger(stderr, cfg.LogFormat, cfg.LogLevel)
 	slog.SetDefault(logger)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	shutdownTracing, err := tracing.Setup(ctx, os.Getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, "agentplane: tracing:", err)
+		return 2
+	}
+	code := 0
 	if err := server.Run(ctx, cfg, stdout, logger); err != nil {
 		fmt.Fprintln(stderr, "agentplane:", err)
-		return 1
+		code = 1
 	}
-	return 0
+	// Flush the spans of the last runs before the process ends.
+	flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := shutdownTracing(flushCtx); err != nil {
+		logger.Warn("flush traces", "err", err)
+	}
+	return code
+}
+
+// NewLogger is the server's logger: text or JSON lines at level, each
+// logged with a context carrying the trace_id and span_id of its span.
+func NewLogger(w io.Writer, format, level string) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(level)) // validated by config
+	opts := &slog.HandlerOptions{Level: lv}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
+	if format == "json" {
+		h = slog.NewJSONHandler(w, opts)
+	}
+	return slog.New(tracing.LogHandler{Handler: h})
 }

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"sort"
@@ -65,6 +66,11 @@ type Config struct {
 	// MaxCallDepth refuses agent-to-agent calls that would run deeper than
 	// this (DESIGN §11); 0 = unlimited, seed 002's decision.
 	MaxCallDepth int
+
+	// Logging (DESIGN §14): "text" or "json" lines on stderr, at LogLevel
+	// (debug, info, warn, error).
+	LogFormat string
+	LogLevel  string
 
 	File File // the YAML file, if any
 }
@@ -155,6 +161,8 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	fs.DurationVar(&c.BodyReadTimeout, "body-read-timeout", 30*time.Second, "time a client has to send a request body (streams are not cut)")
 	fs.DurationVar(&c.WSHelloTimeout, "ws-hello-timeout", 10*time.Second, "time a WebSocket client has to say a valid hello")
 	fs.IntVar(&c.MaxCallDepth, "max-call-depth", envInt("AGENTPLANE_MAX_CALL_DEPTH", 0), "deepest child run an agent-to-agent call may start; 0 = unlimited (AGENTPLANE_MAX_CALL_DEPTH)")
+	fs.StringVar(&c.LogFormat, "log-format", env("AGENTPLANE_LOG_FORMAT", "text"), "log lines as text or json (AGENTPLANE_LOG_FORMAT)")
+	fs.StringVar(&c.LogLevel, "log-level", env("AGENTPLANE_LOG_LEVEL", "info"), "least severe level logged: debug, info, warn or error (AGENTPLANE_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -212,6 +220,13 @@ func defaultInstanceID(addr string) string {
 
 func (c *Config) validate() error {
 	var errs []error
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("AGENTPLANE_LOG_FORMAT must be text or json, got %q", c.LogFormat))
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		errs = append(errs, fmt.Errorf("AGENTPLANE_LOG_LEVEL must be debug, info, warn or error, got %q", c.LogLevel))
+	}
 	if !strings.HasPrefix(c.DB, "sqlite:") && !strings.HasPrefix(c.DB, "postgres://") && !strings.HasPrefix(c.DB, "postgresql://") {
 		errs = append(errs, fmt.Errorf("AGENTPLANE_DB must be sqlite:PATH or a postgres:// URL, got %q", c.DB))
 	}

@@ -33,6 +33,17 @@ func TestFlagsOverrideEnv(t *testing.T) {
 	}
 }
 
+func TestLogFlags(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil || c.LogFormat != "text" || c.LogLevel != "info" {
+		t.Fatalf("defaults: %v %q %q", err, c.LogFormat, c.LogLevel)
+	}
+	c, err = Load([]string{"--log-level", "debug"}, env(map[string]string{"AGENTPLANE_LOG_FORMAT": "json", "AGENTPLANE_LOG_LEVEL": "warn"}), io.Discard)
+	if err != nil || c.LogFormat != "json" || c.LogLevel != "debug" {
+		t.Fatalf("env and flags: %v %q %q", err, c.LogFormat, c.LogLevel)
+	}
+}
+
 func TestConnectionLimits(t *testing.T) {
 	c, err := Load(nil, env(nil), io.Discard)
 	if err != nil {
@@ -77,6 +88,8 @@ func TestBadInput(t *testing.T) {
 		"conns":       {env: map[string]string{"AGENTPLANE_MAX_CONNECTIONS": "many"}, want: "AGENTPLANE_MAX_CONNECTIONS"},
 		"negative":    {args: []string{"--max-ws-per-user", "-1"}, want: "negative"},
 		"body":        {args: []string{"--body-read-timeout", "0s"}, want: "body-read-timeout"},
+		"logformat":   {env: map[string]string{"AGENTPLANE_LOG_FORMAT": "xml"}, want: "AGENTPLANE_LOG_FORMAT must be text or json"},
+		"loglevel":    {args: []string{"--log-level", "loud"}, want: "AGENTPLANE_LOG_LEVEL must be"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Load(tc.args, env(tc.env), io.Discard)

@@ -42,6 +42,9 @@ type Options struct {
 	Origin string
 	// Metrics, when set, receives the commit latency.
 	Metrics *metrics.Registry
+	// BehindLinger: see DefaultBehindLinger. Zero means the default,
+	// negative no lingering.
+	BehindLinger time.Duration
 }
 
 // Log appends events and fans them out to subscribers after commit.
@@ -79,13 +82,16 @@ func New(st store.Store, opts Options) *Log {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.BehindLinger == 0 {
+		opts.BehindLinger = DefaultBehindLinger
+	}
 	l := &Log{origin: newOrigin(opts.Origin), st: st, hub: NewHub(), seed: maphash.MakeSeed()}
 	var commitLatency *metrics.HistogramVec
 	if opts.Metrics != nil {
 		commitLatency = metrics.EventCommit(opts.Metrics)
 	}
 	for range opts.Shards {
-		w := &writer{st: st, origin: l.origin, appended: &l.appended, commits: &l.commits, queue: make(chan *op, opts.QueueSize), publish: l.publish, maxBatch: opts.MaxBatch, log: opts.Logger, latency: commitLatency}
+		w := &writer{st: st, origin: l.origin, appended: &l.appended, commits: &l.commits, queue: make(chan *op, opts.QueueSize), publish: l.publish, maxBatch: opts.MaxBatch, log: opts.Logger, latency: commitLatency, linger: opts.BehindLinger}
 		stopped := make(chan struct{})
 		l.shards = append(l.shards, w)
 		l.stopped = append(l.stopped, stopped)
@@ -216,6 +222,17 @@ func (l *Log) AppendAsync(ctx context.Context, done func([]store.Event, error), 
 		return nil
 	}
 	return l.submit(ctx, events[0].SessionID, &op{events: events, done: done})
+}
+
+// AppendBehind is AppendAsync for events nobody waits for and no client is
+// sent (the LLM proxy's call records): they may wait up to Options.BehindLinger for
+// other ops to share their commit. Order within the session is kept as for
+// AppendAsync.
+func (l *Log) AppendBehind(ctx context.Context, done func([]store.Event, error), events ...store.EventParams) error {
+	if len(events) == 0 {
+		return nil
+	}
+	return l.submit(ctx, events[0].SessionID, &op{events: events, done: done, behind: true})
 }
 
 // Notified feeds notifications from other processes into the hub: their

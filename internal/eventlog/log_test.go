@@ -278,3 +278,71 @@ func TestIfRunActiveDropsOutputOfEndedRuns(t *testing.T) {
 		assertConsecutive(t, evs, 1)
 	})
 }
+
+// Write-behind appends wait for company and share one commit; any other op
+// ends the wait at once and joins them; Stop does not wait out the linger.
+func TestAppendBehindSharesACommit(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		st := testdb.Open(t, dialect)
+		// A linger no test machine outwaits: only the Append below (or
+		// Stop) can end it.
+		l := New(st, Options{BehindLinger: time.Minute})
+		ctx := context.Background()
+		sid := session(t, st)
+		for i := range 50 {
+			if err := l.AppendBehind(ctx, nil, ev(sid, "llm", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := time.Now()
+		out, err := l.Append(ctx, ev(sid, "state", 50))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(start); waited > 30*time.Second {
+			t.Fatalf("the append waited %v: it sat out the linger", waited)
+		}
+		if out[0].Seq != 51 {
+			t.Fatalf("the append got seq %d, want 51 (after the 50 queued before it)", out[0].Seq)
+		}
+		if evs, commits := l.Stats(); evs != 51 || commits != 1 {
+			t.Fatalf("%d events in %d commits, want 51 in 1", evs, commits)
+		}
+
+		// Alone, they commit when Stop flushes, not after the linger.
+		for i := range 5 {
+			if err := l.AppendBehind(ctx, nil, ev(sid, "llm", 100+i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start = time.Now()
+		l.Stop()
+		if waited := time.Since(start); waited > 30*time.Second {
+			t.Fatalf("Stop waited %v: it sat out the linger", waited)
+		}
+		evs, _ := st.EventsList(ctx, &store.EventsListParams{SessionID: sid})
+		if len(evs) != 56 {
+			t.Fatalf("%d of 56 events stored", len(evs))
+		}
+	})
+}
+
+// Without other traffic a write-behind append commits once its linger is
+// over.
+func TestAppendBehindCommitsAfterTheLinger(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		st := testdb.Open(t, dialect)
+		l := New(st, Options{BehindLinger: 20 * time.Millisecond})
+		defer l.Stop()
+		sid := session(t, st)
+		sub := l.Subscribe(sid, 0)
+		defer sub.Close()
+		if err := l.AppendBehind(context.Background(), nil, ev(sid, "llm", 1)); err != nil {
+			t.Fatal(err)
+		}
+		got := collect(t, st, sub, 1)
+		if got[0].Type != "llm" {
+			t.Fatalf("got %+v", got)
+		}
+	})
+}

@@ -17,6 +17,7 @@ type command struct {
 	// NewIntention (agent_invoke) starts a fresh intention instead of
 	// answering the session's pending question.
 	NewIntention bool
+	Traceparent  string // agent_invoke: the caller's trace context, if any
 	AfterSeq     int64  // subscribe
 	RunID        string // cancel_run, tool_result, approval_decision
 	Reason       string // cancel_run, approval_decision
@@ -61,6 +62,7 @@ func decodeCommand(data []byte) (*command, *reply) {
 		}
 		c.Content = content
 		c.NewIntention = m.NewIntention != nil && *m.NewIntention
+		c.Traceparent = m.Traceparent
 	case "subscribe":
 		if m.SessionID == "" || m.AfterSeq == nil || *m.AfterSeq < 0 {
 			return bad("subscribe needs session_id and after_seq >= 0")

@@ -15,6 +15,7 @@ import (
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/toolsvc"
+	"github.com/agentplane/agentplane/internal/tracing"
 )
 
 // commandTimeout bounds one client command's work against the orchestrator.
@@ -78,6 +79,8 @@ func (c *conn) invoke(ctx context.Context, cmd *command) {
 	// Other processes learn of the connection through the store; the agent
 	// may ask one of them for a client tool as soon as the run starts.
 	c.s.presence.flushed(ctx, sessionID)
+	// A traceparent sent with the message parents the run's span.
+	ctx = tracing.WithTraceparent(ctx, cmd.Traceparent)
 	started, err := c.s.runs.StartRun(ctx, run.StartParams{
 		UserID: c.user(), SessionID: sessionID, AgentID: cmd.AgentID, RequestID: cmd.RequestID,
 		Message: agent.Message{Role: "user", Content: cmd.Content}, NewIntention: cmd.NewIntention,

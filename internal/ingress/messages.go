@@ -105,10 +105,12 @@ type inbound struct {
 	AgentID   string          `json:"agent_id"`
 	Message   json.RawMessage `json:"message"`
 	// agent_invoke: start a fresh intention (DESIGN §12)
-	NewIntention *bool  `json:"new_intention"`
-	AfterSeq     *int64 `json:"after_seq"`
-	RunID        string `json:"run_id"`
-	Reason       string `json:"reason"`
+	NewIntention *bool `json:"new_intention"`
+	// agent_invoke: the W3C trace context the run's span continues
+	Traceparent string `json:"traceparent"`
+	AfterSeq    *int64 `json:"after_seq"`
+	RunID       string `json:"run_id"`
+	Reason      string `json:"reason"`
 	// tool_result
 	ToolCallID string          `json:"tool_call_id"`
 	OK         *bool           `json:"ok"`

@@ -7,8 +7,14 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentplane/agentplane/internal/tracing"
 )
 
 // Causes of a call's context being cancelled by the proxy itself.
@@ -53,6 +59,13 @@ type call struct {
 	err       *CallError
 	outcome   string
 	wroteHead bool // headers went to the client; errors can no longer be answered
+
+	span trace.Span // the call's span (DESIGN §14), ended by finish
+
+	// The deferred llm_call_started: recMu orders it before the done event.
+	recMu        sync.Mutex
+	startedTimer *time.Timer
+	ended        bool // llm_call_done is being recorded: no start any more
 }
 
 // serveCall handles one metered endpoint.
@@ -92,9 +105,30 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep *endpoint) 
 		model: ri.model, upstreamModel: upModel, stream: ri.stream}
 	c.injected = ep.chat && ri.stream && !ri.clientUsage
 	c.strip = c.injected
-	p.rec.Record(caller, EventCallStarted, CallStarted{CallID: c.id, Model: c.model, Endpoint: ep.name, Stream: c.stream})
+	if b, ok := p.rec.(CallBeginner); ok {
+		b.CallBegun(caller)
+	}
+	if after := p.cfg.StartedEventAfter; after < 0 {
+		c.recordStarted()
+	} else {
+		c.startedTimer = time.AfterFunc(after, c.recordStarted)
+	}
 
-	c.ctx, c.cancel = context.WithCancelCause(r.Context())
+	// The call's span: a child of the agent's traceparent, if it sent one
+	// (the invoke span it was given, or a span of its own); the upstream is
+	// sent this span's traceparent.
+	op := "chat" // gen_ai.operation.name: chat completions and responses alike
+	if ep == epEmbeddings {
+		op = "embeddings"
+	}
+	ctx, span := tracing.Start(r.Context(), op+" "+c.model, trace.SpanKindClient)
+	c.span = span
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("gen_ai.operation.name", op), attribute.String("gen_ai.request.model", c.model),
+			tracing.RunID.String(caller.RunID), tracing.SessionID.String(caller.SessionID), tracing.AgentID.String(caller.AgentID),
+			attribute.String("agentplane.llm_call_id", c.id), attribute.Bool("agentplane.stream", c.stream))
+	}
+	c.ctx, c.cancel = context.WithCancelCause(ctx)
 	total := time.AfterFunc(p.cfg.Timeouts.Total, func() { c.cancel(errTotalTimeout) })
 	defer func() {
 		total.Stop()
@@ -285,6 +319,7 @@ func (c *call) send(r *http.Request, u *upstream, body []byte) (*http.Response, 
 	req.URL = u.endpointURL(c.ep.suffix, r.URL.RawQuery)
 	req.Host = req.URL.Host
 	req.Header = upstreamHeader(r.Header, u.APIKey)
+	tracing.Inject(c.ctx, req.Header)
 	req.ContentLength = int64(len(body))
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	// GetBody lets the transport replay the body when a kept-alive
@@ -363,13 +398,31 @@ func (c *call) answerError(w http.ResponseWriter) {
 	c.wroteHead = true
 }
 
+// recordStarted records llm_call_started unless the call has ended.
+func (c *call) recordStarted() {
+	c.recMu.Lock()
+	defer c.recMu.Unlock()
+	if !c.ended {
+		c.p.rec.Record(c.caller, EventCallStarted, CallStarted{CallID: c.id, Model: c.model, Endpoint: c.ep.name, Stream: c.stream})
+	}
+}
+
 // finish records llm_call_done and charges the token budget.
 func (c *call) finish() {
+	// After this no llm_call_started can be recorded, and one that was is
+	// already queued: the done event always follows its start.
+	c.recMu.Lock()
+	c.ended = true
+	c.recMu.Unlock()
+	if c.startedTimer != nil {
+		c.startedTimer.Stop()
+	}
 	if c.outcome == "" {
 		c.outcome = OutcomeOK
 	}
 	d := CallDone{
 		CallID:           c.id,
+		StartedAt:        c.start.UnixMilli(),
 		Model:            c.model,
 		Endpoint:         c.ep.name,
 		Stream:           c.stream,
@@ -403,6 +456,23 @@ func (c *call) finish() {
 		d.EstimatedCost = pr.Cost(c.usage)
 	}
 	c.p.rec.Record(c.caller, EventCallDone, d)
+	if c.span.IsRecording() {
+		// Only what a trace viewer needs beyond llm_call_done: every
+		// attribute costs the exporter (BENCHMARKS.md, observability).
+		c.span.SetAttributes(attribute.String("gen_ai.response.model", c.upstreamModel), tracing.Outcome.String(c.outcome),
+			attribute.Int("http.response.status_code", c.status), attribute.String("agentplane.upstream", c.upstream),
+			attribute.Int64("gen_ai.usage.input_tokens", c.usage.PromptTokens), attribute.Int64("gen_ai.usage.output_tokens", c.usage.CompletionTokens))
+		if c.usage.CachedTokens > 0 || c.usage.ReasoningTokens > 0 {
+			c.span.SetAttributes(attribute.Int64("agentplane.usage.cached_tokens", c.usage.CachedTokens), attribute.Int64("agentplane.usage.reasoning_tokens", c.usage.ReasoningTokens))
+		}
+		if c.attempts > 1 {
+			c.span.SetAttributes(attribute.Int("agentplane.attempts", c.attempts))
+		}
+		if c.err != nil {
+			tracing.Fail(c.span, c.err.Code)
+		}
+	}
+	c.span.End()
 	c.p.lim.charge(c.caller.AgentID, c.usage.TotalTokens, time.Now())
 }
 

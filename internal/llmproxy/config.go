@@ -48,6 +48,14 @@ type Config struct {
 	Prices   map[string]Price `yaml:"prices" json:"prices"`
 	Timeouts Timeouts         `yaml:"timeouts" json:"timeouts"`
 	Limits   Limits           `yaml:"limits" json:"limits"`
+	// StartedEventAfter is how long a call runs before llm_call_started is
+	// recorded for it. A call that ends sooner is recorded by its
+	// llm_call_done alone, which carries started_at: the start event exists
+	// so that observers (the console's live view) see a call in progress,
+	// and a call shorter than this is not worth a second event — half the
+	// event-log work of a fast call (issue 13). Default 200ms; negative
+	// records every start at once.
+	StartedEventAfter time.Duration `yaml:"started_event_after" json:"started_event_after"`
 }
 
 // Upstream is one OpenAI-compatible API.
@@ -108,6 +116,8 @@ const (
 	DefaultIdleTimeout     = 5 * time.Minute
 	DefaultTotalTimeout    = 30 * time.Minute
 	DefaultMaxRequestBytes = 16 << 20
+	// DefaultStartedEventAfter: see Config.StartedEventAfter.
+	DefaultStartedEventAfter = 200 * time.Millisecond
 )
 
 // ConfigFromEnv is the Config of the AGENTPLANE_LLM_BASE_URL and
@@ -141,6 +151,9 @@ func (c Config) withDefaults() Config {
 	}
 	if t.Total <= 0 {
 		t.Total = DefaultTotalTimeout
+	}
+	if c.StartedEventAfter == 0 {
+		c.StartedEventAfter = DefaultStartedEventAfter
 	}
 	l := &c.Limits
 	if l.MaxRequestBytes <= 0 {

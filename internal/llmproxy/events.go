@@ -16,8 +16,18 @@ type Authenticator func(r *http.Request) (Caller, error)
 
 // Recorder receives trace events. Record must not block the proxied call:
 // enqueue and write behind. The payload is a CallStarted or a CallDone value.
+// A call always gets exactly one CallDone; its CallStarted comes first, and
+// only when the call is still running after Config.StartedEventAfter.
 type Recorder interface {
 	Record(c Caller, eventType string, payload any)
+}
+
+// CallBeginner is implemented by a Recorder that needs to know of every
+// call as soon as it is admitted, whether or not its CallStarted is ever
+// recorded (e.g. to wait for a run's calls to be recorded before the run
+// ends). CallBegun is followed by exactly one Record of a CallDone.
+type CallBeginner interface {
+	CallBegun(c Caller)
 }
 
 // Event types passed to Recorder.Record.
@@ -41,8 +51,8 @@ const (
 	OutcomeTimeout   = "timeout"
 )
 
-// CallStarted is the payload of llm_call_started, recorded before the first
-// upstream attempt.
+// CallStarted is the payload of llm_call_started, recorded for a call still
+// running after Config.StartedEventAfter (at once when that is negative).
 type CallStarted struct {
 	CallID   string `json:"call_id"`
 	Model    string `json:"model"`
@@ -54,6 +64,10 @@ type CallStarted struct {
 // its outcome.
 type CallDone struct {
 	CallID string `json:"call_id"`
+	// StartedAt is when the request reached the proxy, in Unix
+	// milliseconds: the start of a call whose llm_call_started was not
+	// recorded.
+	StartedAt int64 `json:"started_at"`
 	// Model is the model the client asked for; UpstreamModel the one sent
 	// upstream when the route rewrote it.
 	Model         string `json:"model"`

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
@@ -90,21 +91,22 @@ func TestChatCompletionNonStreaming(t *testing.T) {
 	if d.Endpoint != "chat.completions" || d.Stream || d.Model != "fake-gpt" || d.Upstream != "default" {
 		t.Errorf("done = %+v", d)
 	}
+	// A call that ends before StartedEventAfter is recorded by its done
+	// event alone, which says when it started.
 	evs := e.rec.all()
-	if len(evs) != 2 || evs[0].Type != llmproxy.EventCallStarted || evs[1].Type != llmproxy.EventCallDone {
-		t.Fatalf("events = %+v", evs)
+	if len(evs) != 1 || evs[0].Type != llmproxy.EventCallDone {
+		t.Fatalf("events = %+v, want llm_call_done alone", evs)
 	}
-	st := evs[0].Payload.(llmproxy.CallStarted)
-	if st.CallID != d.CallID || st.Model != "fake-gpt" || st.Endpoint != "chat.completions" {
-		t.Errorf("started = %+v, done call_id %s", st, d.CallID)
+	if now := time.Now().UnixMilli(); d.StartedAt <= 0 || d.StartedAt > now || now-d.StartedAt > 60_000 {
+		t.Errorf("started_at = %d (now %d)", d.StartedAt, now)
 	}
 	want := llmproxy.Caller{AgentID: "agent-1", RunID: "run-1", SessionID: "sess-1"}
-	if evs[0].Caller != want || evs[1].Caller != want {
-		t.Errorf("callers = %+v, %+v", evs[0].Caller, evs[1].Caller)
+	if evs[0].Caller != want {
+		t.Errorf("caller = %+v", evs[0].Caller)
 	}
 	// The payload is what the event log stores: it must marshal with the agreed names.
 	b, _ := json.Marshal(d)
-	for _, k := range []string{`"call_id"`, `"prompt_tokens"`, `"cached_tokens"`, `"reasoning_tokens"`, `"estimated_cost"`, `"price":{"input"`, `"partial":false`, `"ttft_ms"`, `"latency_ms"`, `"outcome":"ok"`} {
+	for _, k := range []string{`"call_id"`, `"prompt_tokens"`, `"cached_tokens"`, `"reasoning_tokens"`, `"estimated_cost"`, `"price":{"input"`, `"partial":false`, `"started_at"`, `"ttft_ms"`, `"latency_ms"`, `"outcome":"ok"`} {
 		if !bytes.Contains(b, []byte(k)) {
 			t.Errorf("payload %s lacks %s", b, k)
 		}
@@ -431,5 +433,46 @@ func TestAcceptEncodingIsIdentityUpstream(t *testing.T) {
 	}
 	if d := e.rec.waitDone(t); d.TotalTokens == 0 {
 		t.Error("stream was not metered")
+	}
+}
+
+// A call still running after StartedEventAfter gets its llm_call_started
+// then, before its done; a negative StartedEventAfter records it at once.
+func TestCallStartedRecordedForLongCalls(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		after time.Duration
+		delay time.Duration
+	}{
+		{"long call", 30 * time.Millisecond, 20 * time.Millisecond}, // 14 chunks × 20 ms
+		{"always", -1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newUpstream(t, fakellm.Options{ChunkDelay: tc.delay})
+			cfg := singleUpstream(up)
+			cfg.StartedEventAfter = tc.after
+			e := newEnv(t, cfg)
+			var w wire
+			client := e.client(t, &w)
+			stream := client.Chat.Completions.NewStreaming(context.Background(), userMessage("a slow answer"))
+			for stream.Next() {
+			}
+			if err := stream.Err(); err != nil {
+				t.Fatalf("stream: %v", err)
+			}
+			d := e.rec.waitDone(t)
+			evs := e.rec.all()
+			if len(evs) != 2 || evs[0].Type != llmproxy.EventCallStarted || evs[1].Type != llmproxy.EventCallDone {
+				t.Fatalf("events = %+v, want llm_call_started then llm_call_done", evs)
+			}
+			st := evs[0].Payload.(llmproxy.CallStarted)
+			if st.CallID != d.CallID || st.Model != "fake-gpt" || st.Endpoint != "chat.completions" || !st.Stream {
+				t.Errorf("started = %+v, done call_id %s", st, d.CallID)
+			}
+			want := llmproxy.Caller{AgentID: "agent-1", RunID: "run-1", SessionID: "sess-1"}
+			if evs[0].Caller != want || evs[1].Caller != want {
+				t.Errorf("callers = %+v, %+v", evs[0].Caller, evs[1].Caller)
+			}
+		})
 	}
 }

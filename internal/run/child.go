@@ -7,14 +7,16 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/ids"
 	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/store"
+	"github.com/agentplane/agentplane/internal/tracing"
 )
 
 // Errors StartChild returns (DESIGN §11), checked in this order.
@@ -86,7 +88,11 @@ func (m *Manager) StartChild(ctx context.Context, p ChildParams) (*ChildStarted,
 	}
 	var started *ChildStarted
 	var launch func()
+	caller := trace.SpanContextFromContext(ctx) // the child's span's parent; the log's ctx does not carry it
 	evs, err := m.log.Do(ctx, parent.SessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
+		if caller.IsValid() {
+			ctx = trace.ContextWithSpanContext(ctx, caller)
+		}
 		locked, err := tx.RunLock(ctx, parent.RunID)
 		if err != nil {
 			return nil, err
@@ -199,10 +205,18 @@ func (m *Manager) BeginChild(ctx context.Context, tx store.Queries, parent *stor
 		AgentID: child.AgentID, ParentRunID: parent.RunID, IntentionID: child.IntentionID, Role: p.Message.Role, Content: p.Message.Content, CreatedAt: now}); err != nil {
 		return nil, nil, nil, err
 	}
-	traceparent, err := m.childTraceparent(ctx, tx, parent)
-	if err != nil {
-		return nil, nil, nil, err
+	// The child's span: a child of the caller's span (the tool call that
+	// asked for it), else of the parent run's recorded traceparent.
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		tp, err := m.parentTraceparent(ctx, tx, parent)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		ctx = tracing.WithTraceparent(ctx, tp)
 	}
+	sctx, span := tracing.Start(ctx, "agentplane.run", trace.SpanKindInternal, tracing.RunID.String(child.RunID), tracing.SessionID.String(child.SessionID),
+		tracing.AgentID.String(child.AgentID), tracing.ParentRunID.String(parent.RunID))
+	traceparent := tracing.Traceparent(sctx)
 	msg, _ := json.Marshal(p.Message)
 	called := map[string]any{"child_run_id": child.RunID, "agent_id": child.AgentID, "depth": child.Depth}
 	start := map[string]any{"agent_id": child.AgentID, "input_summary": summarize(p.Message.Content, inputSummaryLen), "depth": child.Depth}
@@ -226,7 +240,7 @@ func (m *Manager) BeginChild(ctx context.Context, tx store.Queries, parent *stor
 	}
 	launch := func() {
 		m.started.Inc(child.AgentID)
-		m.launch(&job{run: child, ag: ag, message: p.Message, traceparent: traceparent, prevRunID: prevRunID})
+		m.launch(&job{run: child, ag: ag, message: p.Message, traceparent: traceparent, span: span, prevRunID: prevRunID})
 	}
 	return &ChildStarted{Run: child, Created: true}, evs, launch, nil
 }
@@ -280,26 +294,19 @@ func (m *Manager) sameInput(ctx context.Context, q store.Queries, child *store.R
 	return in.Message == msg
 }
 
-// childTraceparent continues the parent's trace with a new span, so a run
-// tree is one trace.
-func (m *Manager) childTraceparent(ctx context.Context, q store.Queries, parent *store.Run) (string, error) {
-	fresh := newTraceparent()
+// parentTraceparent is the traceparent parent's run_started recorded, ""
+// if none, so a run tree is one trace even when the child is started
+// without the caller's span at hand.
+func (m *Manager) parentTraceparent(ctx context.Context, q store.Queries, parent *store.Run) (string, error) {
 	evs, err := q.EventsList(ctx, &store.EventsListParams{SessionID: parent.SessionID, RunID: parent.RunID, Type: eventlog.TypeRunStarted, Limit: 1})
-	if err != nil {
+	if err != nil || len(evs) == 0 {
 		return "", err
-	}
-	if len(evs) == 0 {
-		return fresh, nil
 	}
 	var p struct {
 		Traceparent string `json:"traceparent"`
 	}
 	_ = json.Unmarshal(evs[0].Payload, &p)
-	parts := strings.Split(p.Traceparent, "-")
-	if len(parts) != 4 || len(parts[1]) != 32 {
-		return fresh, nil
-	}
-	return "00-" + parts[1] + "-" + strings.Split(fresh, "-")[2] + "-01", nil
+	return p.Traceparent, nil
 }
 
 // summarize cuts s to at most n bytes of valid UTF-8, marking the cut.

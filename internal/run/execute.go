@@ -9,10 +9,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/money"
 	"github.com/agentplane/agentplane/internal/store"
+	"github.com/agentplane/agentplane/internal/tracing"
 )
 
 // execute invokes the agent and turns its stream into events. Deltas are
@@ -23,6 +26,13 @@ import (
 func (m *Manager) execute(ctx context.Context, j *job) {
 	run, ag := j.run, j.ag
 	log := m.opts.Logger.With("run_id", run.RunID, "session_id", run.SessionID, "agent_id", ag.AgentID)
+	if tl := tracing.LogAttrs(ctx); tl != nil {
+		log = log.With(tl...)
+	}
+	// The run's span (launch put it in ctx) gets the run's outcome.
+	span := trace.SpanFromContext(ctx)
+	outcome := func(o string) { span.SetAttributes(tracing.Outcome.String(o)) }
+	failed := func(code string) { outcome("failed"); tracing.Fail(span, code) }
 	if run.ParentRunID != "" {
 		log = log.With("parent_run_id", run.ParentRunID, "depth", run.Depth)
 	}
@@ -38,6 +48,7 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 		var err error
 		if transcript, err = m.loadTranscript(ctx, run.SessionID); err != nil {
 			log.Error("load transcript", "err", err)
+			failed("platform_error")
 			m.finishFailed(run, "platform_error", "could not load the session transcript", began, 0)
 			return
 		}
@@ -187,19 +198,27 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 			req.RemoteTaskID = task
 		}
 	}
-	res, err := m.opts.Invoker.Invoke(ctx, ag.Endpoint, req, handle)
+	// The agent invoke's span is the parent the agent is sent.
+	ictx, ispan := tracing.Start(ctx, "agentplane.agent.invoke", trace.SpanKindClient, tracing.RunID.String(run.RunID),
+		tracing.SessionID.String(run.SessionID), tracing.AgentID.String(ag.AgentID), tracing.Protocol.String(protocolOf(ag)))
+	req.Traceparent = tracing.Traceparent(ictx)
+	res, err := m.opts.Invoker.Invoke(ictx, ag.Endpoint, req, handle)
+	tracing.End(ispan, err)
 
 	cause := context.Cause(ctx)
 	switch {
 	case errors.Is(cause, errCancelledByUser):
 		// Cancel already committed the terminal state.
 		log.Info("run cancelled", "deltas", deltas)
+		outcome("cancelled")
 		return
 	case errors.Is(cause, errEndedElsewhere):
 		// A tool call's failure already committed the terminal state.
 		log.Info("run ended by a tool call", "deltas", deltas)
+		failed("tool_call_failed")
 		return
 	case errors.Is(cause, errShutdown):
+		failed("platform_shutdown")
 		m.finishFailed(run, "platform_shutdown", "the platform shut down before the run finished", began, deltas)
 		return
 	}
@@ -213,6 +232,8 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 	pending.Wait()
 	if failed := appendFailed(); failed != nil {
 		log.Error("the event log refused the run's output", "err", failed, "deltas", deltas)
+		outcome("failed")
+		tracing.Fail(span, "platform_error")
 		m.finishFailed(run, "platform_error", "the event log could not record the agent's output; the run was stopped", began, deltas)
 		return
 	}
@@ -227,14 +248,26 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 			code, msg = oe.code(), oe.Error()
 		}
 		log.Warn("run failed", "code", code, "err", err)
+		failed(code)
 		m.finishFailed(run, code, msg, began, deltas)
 		return
 	}
 	if res != nil && res.InputRequired != nil {
+		outcome("input_required")
 		m.finishInputRequired(run, res.InputRequired, began, deltas)
 		return
 	}
+	outcome("done")
+	log.Debug("run done", "deltas", deltas, "ms", time.Since(began).Milliseconds())
 	m.finishDone(run, res, text.String(), began, deltas)
+}
+
+// protocolOf names how an agent is invoked, for its invoke span.
+func protocolOf(ag *store.Agent) string {
+	if ag.Protocol == "" {
+		return "agentplane"
+	}
+	return ag.Protocol
 }
 
 // remoteTask reads the remote A2A task and context a run recorded (its

@@ -9,9 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/store"
+	"github.com/agentplane/agentplane/internal/tracing"
 )
 
 // Run caps and the queue (issue 14, DESIGN §15).
@@ -244,9 +247,11 @@ func (m *Manager) admit(ctx context.Context, q *store.QueuedRun) error {
 	if err != nil {
 		return err
 	}
-	if in.Traceparent == "" {
-		in.Traceparent = newTraceparent()
-	}
+	// The run's span continues the trace of its queued start. Not ended
+	// unless the run is admitted: a try that finds no slot exports nothing.
+	sctx, span := tracing.Start(tracing.WithTraceparent(ctx, in.Traceparent), "agentplane.run", trace.SpanKindInternal,
+		tracing.RunID.String(q.RunID), tracing.SessionID.String(q.SessionID), tracing.AgentID.String(q.AgentID))
+	in.Traceparent = tracing.Traceparent(sctx)
 	now := m.now()
 	var run *store.Run
 	_, err = m.log.Do(ctx, q.SessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
@@ -297,10 +302,11 @@ func (m *Manager) admit(ctx context.Context, q *store.QueuedRun) error {
 	m.mu.Unlock()
 	if draining {
 		// Admitted as the shutdown began: it will not be driven here.
+		tracing.End(span, errors.New("platform_shutdown"))
 		return m.fail(context.WithoutCancel(ctx), run, "platform_shutdown", "the platform shut down as the run was admitted", nil)
 	}
 	m.started.Inc(run.AgentID)
-	m.launch(&job{run: run, ag: ag, message: msg, traceparent: in.Traceparent})
+	m.launch(&job{run: run, ag: ag, message: msg, traceparent: in.Traceparent, span: span})
 	return nil
 }
 

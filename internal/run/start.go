@@ -2,20 +2,20 @@ package run
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/ids"
 	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/store"
+	"github.com/agentplane/agentplane/internal/tracing"
 )
 
 // Errors Start and Cancel return; they carry the code clients see.
@@ -106,7 +106,11 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		sessionID = ids.New("ses")
 	}
 	runID := ids.New("run")
-	traceparent := newTraceparent()
+	// The run's span: a child of the caller's traceparent, if it sent one;
+	// run_started records its traceparent (DESIGN §14).
+	ctx, span := tracing.Start(ctx, "agentplane.run", trace.SpanKindInternal,
+		tracing.RunID.String(runID), tracing.SessionID.String(sessionID), tracing.AgentID.String(ag.AgentID))
+	traceparent := tracing.Traceparent(ctx)
 	now := m.now()
 	msg, _ := json.Marshal(p.Message)
 	var run *store.Run
@@ -195,14 +199,18 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		}, nil
 	})
 	if err != nil {
+		tracing.End(span, err)
 		return nil, err
 	}
 	if position > 0 {
+		// Admission starts the run's span proper, as this one's child.
+		span.SetAttributes(tracing.Outcome.String("queued"))
+		span.End()
 		m.queue.sawQueued()
 		return &Started{Run: run, Events: evs}, nil // admitted later (queue.go)
 	}
 	m.started.Inc(run.AgentID)
-	m.launch(&job{run: run, ag: ag, message: p.Message, traceparent: traceparent, prevRunID: prevRunID})
+	m.launch(&job{run: run, ag: ag, message: p.Message, traceparent: traceparent, span: span, prevRunID: prevRunID})
 	return &Started{Run: run, Events: evs}, nil
 }
 
@@ -245,6 +253,7 @@ type job struct {
 	ag          *store.Agent
 	message     agent.Message
 	traceparent string
+	span        trace.Span // the run's span, ended when the run's driving ends
 	// prevRunID (remote A2A agents) is the run whose remote task this one
 	// continues (the run it resumes) or whose remote context it joins (the
 	// agent's latest run in the session).
@@ -284,12 +293,18 @@ func startedPayload(run *store.Run, p map[string]any) map[string]any {
 func (m *Manager) launch(j *job) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	a := &activeRun{cancel: cancel, sessionID: j.run.SessionID}
+	if j.span != nil {
+		ctx = trace.ContextWithSpan(ctx, j.span)
+	}
 	m.mu.Lock()
 	m.active[j.run.RunID] = a
 	m.wg.Add(1)
 	m.mu.Unlock()
 	go func() {
 		defer func() {
+			if j.span != nil {
+				j.span.End()
+			}
 			cancel(nil)
 			m.mu.Lock()
 			delete(m.active, j.run.RunID)
@@ -298,13 +313,4 @@ func (m *Manager) launch(j *job) {
 		}()
 		m.execute(ctx, j)
 	}()
-}
-
-// newTraceparent makes a W3C traceparent with a fresh trace id.
-func newTraceparent() string {
-	var b [24]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(fmt.Sprintf("crypto/rand: %v", err))
-	}
-	return "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-01"
 }

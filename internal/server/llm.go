@@ -241,13 +241,16 @@ func (b *llmBridge) authenticate(r *http.Request) (llmproxy.Caller, error) {
 // and returns; the writer commits it with its neighbours, and Stop flushes
 // it on a clean shutdown. Calls outside a run go to the agent's own session.
 func (b *llmBridge) Record(c llmproxy.Caller, eventType string, payload any) {
+	var data []byte
 	if d, ok := payload.(llmproxy.CallDone); ok {
 		b.metrics.record(c.AgentID, &d)
-	}
-	data, err := json.Marshal(payload)
-	if err != nil {
-		b.lg.Error("llm event encode", "type", eventType, "err", err)
-		return
+		data = d.AppendJSON(make([]byte, 0, 512))
+	} else {
+		var err error
+		if data, err = json.Marshal(payload); err != nil {
+			b.lg.Error("llm event encode", "type", eventType, "err", err)
+			return
+		}
 	}
 	sid := c.SessionID
 	if sid == "" {
@@ -265,7 +268,7 @@ func (b *llmBridge) Record(c llmproxy.Caller, eventType string, payload any) {
 		parent = b.runs[c.RunID].parentRunID
 		b.mu.Unlock()
 	}
-	err = b.log.AppendAsync(context.Background(), func(_ []store.Event, err error) {
+	err := b.log.AppendBehind(context.Background(), func(_ []store.Event, err error) {
 		if err != nil {
 			b.lg.Error("llm event not recorded", "type", eventType, "run_id", c.RunID, "session_id", sid, "err", err)
 		}
@@ -273,33 +276,40 @@ func (b *llmBridge) Record(c llmproxy.Caller, eventType string, payload any) {
 	if err != nil {
 		b.lg.Error("llm event not queued", "type", eventType, "run_id", c.RunID, "err", err)
 	}
-	if c.RunID != "" {
-		b.track(c.RunID, eventType)
+	if c.RunID != "" && eventType == llmproxy.EventCallDone {
+		b.callEnded(c.RunID)
 	}
 }
 
-// track counts a run's calls in flight. The done event is already queued
-// when the count drops, so anything the run writes afterwards on the same
-// session commits after it.
-func (b *llmBridge) track(runID, eventType string) {
+// CallBegun counts a run's calls in flight from their admission (their
+// llm_call_started may never be recorded: see llmproxy.Config.StartedEventAfter).
+func (b *llmBridge) CallBegun(c llmproxy.Caller) {
+	if c.RunID == "" {
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	c := b.inflight[runID]
-	switch eventType {
-	case llmproxy.EventCallStarted:
-		if c == nil {
-			c = &calls{idle: make(chan struct{})}
-			b.inflight[runID] = c
-		}
-		c.n++
-	case llmproxy.EventCallDone:
-		if c == nil {
-			return
-		}
-		if c.n--; c.n == 0 {
-			close(c.idle)
-			delete(b.inflight, runID)
-		}
+	n := b.inflight[c.RunID]
+	if n == nil {
+		n = &calls{idle: make(chan struct{})}
+		b.inflight[c.RunID] = n
+	}
+	n.n++
+}
+
+// callEnded uncounts a call. Its done event is already queued when the
+// count drops, so anything the run writes afterwards on the same session
+// commits after it.
+func (b *llmBridge) callEnded(runID string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := b.inflight[runID]
+	if n == nil {
+		return
+	}
+	if n.n--; n.n == 0 {
+		close(n.idle)
+		delete(b.inflight, runID)
 	}
 }
 

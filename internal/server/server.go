@@ -41,6 +41,7 @@ import (
 	"github.com/agentplane/agentplane/internal/store/postgres"
 	"github.com/agentplane/agentplane/internal/store/sqlite"
 	"github.com/agentplane/agentplane/internal/toolsvc"
+	"github.com/agentplane/agentplane/internal/tracing"
 )
 
 // demoModel is the model the demo's built-in upstream serves.
@@ -252,7 +253,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	// No WriteTimeout or ReadTimeout: they would cut SSE and WebSocket
 	// streams. Each stream bounds its own writes, and bodyDeadline bounds
 	// reading request bodies.
-	srv := &http.Server{Handler: bodyDeadline(cfg.BodyReadTimeout, httpapi.Handler(mux)), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+	srv := &http.Server{Handler: bodyDeadline(cfg.BodyReadTimeout, tracing.Middleware(httpapi.Handler(mux))), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 		ConnContext: connlimit.ConnContext, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	srv.RegisterOnShutdown(stopStreams)
 	serveErr := make(chan error, 1)

@@ -11,9 +11,13 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/store"
+	"github.com/agentplane/agentplane/internal/tracing"
 )
 
 // maxResultBytes bounds a server tool's answer.
@@ -22,11 +26,19 @@ const maxResultBytes = 1 << 20
 // startExec runs a DISPATCHED server call in the background, detached from
 // the request that dispatched it (an agent hanging up must not abort a
 // tool that is running).
-func (s *Service) startExec(c *store.ToolCall) {
+func (s *Service) startExec(c *store.ToolCall) { s.startExecFrom(trace.SpanContext{}, c) }
+
+// startExecFrom is startExec with the span of the tool call that
+// dispatched c (DESIGN §14), the parent of the execution's span.
+func (s *Service) startExecFrom(parent trace.SpanContext, c *store.ToolCall) {
 	s.execWG.Add(1)
 	go func() {
 		defer s.execWG.Done()
-		s.execute(s.execCtx, c)
+		ctx := s.execCtx
+		if parent.IsValid() {
+			ctx = trace.ContextWithSpanContext(ctx, parent)
+		}
+		s.execute(ctx, c)
 	}()
 }
 
@@ -36,6 +48,9 @@ func (s *Service) startExec(c *store.ToolCall) {
 // to RUNNING, so a call is sent to its tool at most once.
 func (s *Service) execute(ctx context.Context, c *store.ToolCall) {
 	log := s.opts.Logger.With("tool_call_id", c.ToolCallID, "tool_name", c.ToolName, "run_id", c.RunID, "session_id", c.SessionID)
+	if tl := tracing.LogAttrs(ctx); tl != nil {
+		log = log.With(tl...)
+	}
 	rec := recordOf(c)
 	args := s.argsFor(c, rec)
 	if args == nil {
@@ -127,12 +142,22 @@ func (st *step) dispatchClaimed(c *store.ToolCall, rec policyRecord, deadline in
 
 // startClaimed sends a call claimed by a committed step, in the background
 // like startExec.
-func (s *Service) startClaimed(cc claimedCall) {
+// parent is the span of the tool call that dispatched it (DESIGN §14), the
+// parent of the execution's span, as in startExecFrom.
+func (s *Service) startClaimed(parent trace.SpanContext, cc claimedCall) {
 	s.execWG.Add(1)
 	go func() {
 		defer s.execWG.Done()
 		defer s.held.drop(cc.c.ToolCallID)
-		s.send(s.execCtx, cc, s.opts.Logger.With("tool_call_id", cc.c.ToolCallID, "tool_name", cc.c.ToolName, "run_id", cc.c.RunID, "session_id", cc.c.SessionID))
+		ctx := s.execCtx
+		if parent.IsValid() {
+			ctx = trace.ContextWithSpanContext(ctx, parent)
+		}
+		log := s.opts.Logger.With("tool_call_id", cc.c.ToolCallID, "tool_name", cc.c.ToolName, "run_id", cc.c.RunID, "session_id", cc.c.SessionID)
+		if tl := tracing.LogAttrs(ctx); tl != nil {
+			log = log.With(tl...)
+		}
+		s.send(ctx, cc, log)
 	}()
 }
 
@@ -143,6 +168,12 @@ func (s *Service) send(ctx context.Context, cc claimedCall, log *slog.Logger) {
 	deadline := time.UnixMilli(claimed.DeadlineAt)
 	rctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	// The execution's span; a server tool is sent its traceparent.
+	rctx, span := tracing.Start(rctx, "agentplane.tool.execute "+claimed.ToolName, trace.SpanKindClient)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.ToolCallID.String(claimed.ToolCallID), tracing.ToolName.String(claimed.ToolName), tracing.ToolKind.String(claimed.Kind),
+			tracing.RunID.String(claimed.RunID), tracing.SessionID.String(claimed.SessionID), attribute.Int("agentplane.attempt", claimed.Attempts))
+	}
 	var status string
 	var result, errJSON json.RawMessage
 	switch claimed.Kind {
@@ -151,6 +182,11 @@ func (s *Service) send(ctx context.Context, cc claimedCall, log *slog.Logger) {
 	default:
 		status, result, errJSON = s.post(rctx, claimed, cc.rec.Endpoint, cc.args)
 	}
+	span.SetAttributes(tracing.Outcome.String(status))
+	if status != store.ToolCallSucceeded {
+		tracing.Fail(span, string(errJSON))
+	}
+	span.End()
 	if ctx.Err() != nil {
 		// Shutting down: the deadline (or the run's end) settles the call.
 		return
@@ -219,6 +255,7 @@ func (s *Service) post(ctx context.Context, c *store.ToolCall, endpoint string, 
 	req.Header.Set("Idempotency-Key", c.ToolCallID)
 	req.Header.Set("x-run-id", c.RunID)
 	req.Header.Set("x-session-id", c.SessionID)
+	tracing.Inject(ctx, req.Header)
 	resp, err := s.opts.HTTP.Do(req)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {

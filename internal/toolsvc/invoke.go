@@ -38,11 +38,8 @@ type InvokeParams struct {
 // errRunEnded rolls back an insert made for a run that has ended.
 var errRunEnded = errors.New("run ended")
 
-// Invoke creates a tool call, decides its policy and starts it, all in one
-// transaction with its events. A repeated idempotency key returns the call
-// it created (409 if the args differ). An allowed server tool is waited
-// for (up to InlineWait), so a fast tool answers succeeded at once.
-func (s *Service) Invoke(ctx context.Context, p InvokeParams) (*CallView, error) {
+// invoke is Invoke, within the request's span (trace.go).
+func (s *Service) invoke(ctx context.Context, p InvokeParams) (*CallView, error) {
 	if p.RunID == "" {
 		return nil, badRequest("invalid_request", "run_id is required")
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
@@ -62,8 +64,12 @@ type step struct {
 // the server calls the step dispatched.
 func (s *Service) commit(ctx context.Context, sessionID, runID string, fn func(st *step) error) (*step, error) {
 	var st *step
+	span := trace.SpanContextFromContext(ctx) // the tool call's: a child run's parent
 	do := func() (bool, error) {
 		_, err := s.log.Do(ctx, sessionID, func(ctx context.Context, q store.Queries) ([]store.EventParams, error) {
+			if span.IsValid() {
+				ctx = trace.ContextWithSpanContext(ctx, span)
+			}
 			st = &step{s: s, ctx: ctx, q: q, at: s.now()}
 			run, err := q.RunLock(ctx, runID)
 			if err != nil {
@@ -91,10 +97,10 @@ func (s *Service) commit(ctx context.Context, sessionID, runID string, fn func(s
 	}
 	s.waiters.settled(st.ended)
 	for _, c := range st.toRun {
-		s.startExec(c)
+		s.startExecFrom(span, c)
 	}
 	for _, cc := range st.toPost {
-		s.startClaimed(cc)
+		s.startClaimed(span, cc)
 	}
 	for _, launch := range st.launch {
 		launch()

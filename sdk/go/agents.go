@@ -279,7 +279,7 @@ func (s *AgentStream) open() error {
 	if c.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.APIKey)
 	}
-	for k, v := range attribution(c.RunID, c.SessionID) {
+	for k, v := range c.attribution() {
 		req.Header.Set(k, v)
 	}
 	hc := c.HTTPClient

@@ -45,6 +45,13 @@ type Client struct {
 	// RunID and SessionID attribute calls to a run; "" sends no header.
 	RunID     string
 	SessionID string
+	// Traceparent is the W3C trace context sent with every call (also to
+	// the LLM proxy through OpenAIHeaders), so the platform's spans of the
+	// agent's LLM and tool calls join the run's trace; "" sends none.
+	// Request.Client sets it to the traceparent the agent was invoked
+	// with; an agent with its own OpenTelemetry spans sets its span's
+	// (WithTraceparent) so the platform's spans become its children.
+	Traceparent string
 	// HTTPClient sends the requests. nil means http.DefaultClient.
 	HTTPClient *http.Client
 }
@@ -77,13 +84,29 @@ func (c *Client) WithRun(runID, sessionID string) *Client {
 	return &cp
 }
 
+// WithTraceparent returns a copy of c that sends traceparent tp.
+func (c *Client) WithTraceparent(tp string) *Client {
+	cp := *c
+	cp.Traceparent = tp
+	return &cp
+}
+
 // OpenAIBaseURL is the base URL of the platform's OpenAI-compatible LLM
 // proxy, "{BaseURL}/v1".
 func (c *Client) OpenAIBaseURL() string { return strings.TrimRight(c.BaseURL, "/") + "/v1" }
 
 // OpenAIHeaders are the headers an OpenAI-compatible SDK must add so the
-// platform attributes its calls: x-run-id and x-session-id (those that are set).
-func (c *Client) OpenAIHeaders() map[string]string { return attribution(c.RunID, c.SessionID) }
+// platform attributes its calls: x-run-id, x-session-id and traceparent
+// (those that are set).
+func (c *Client) OpenAIHeaders() map[string]string { return c.attribution() }
+
+func (c *Client) attribution() map[string]string {
+	h := attribution(c.RunID, c.SessionID)
+	if c.Traceparent != "" {
+		h["traceparent"] = c.Traceparent
+	}
+	return h
+}
 
 // Heartbeat tells the platform the agent is alive. agentID "" means c.AgentID.
 func (c *Client) Heartbeat(ctx context.Context, agentID string) error {
@@ -343,7 +366,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	if c.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.APIKey)
 	}
-	for k, v := range attribution(c.RunID, c.SessionID) {
+	for k, v := range c.attribution() {
 		req.Header.Set(k, v)
 	}
 	hc := c.HTTPClient

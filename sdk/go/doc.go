@@ -17,7 +17,10 @@
 // input of a new run with req.ResumesRunID set and the same req.IntentionID.
 //
 // Inside a handler, req.Client() is a Client bound to the run (transcript,
-// context store, tool calls, heartbeats), and req.OpenAIBaseURL,
+// context store, tool calls, heartbeats) and to the traceparent the agent
+// was invoked with, so the platform's spans of its calls join the run's
+// trace (an agent with OpenTelemetry of its own passes its span's instead:
+// req.Client().WithTraceparent(...)); req.OpenAIBaseURL,
 // req.OpenAIAPIKey and req.OpenAIHeaders configure any OpenAI-compatible SDK
 // to send its calls through the platform's LLM proxy. req.MCPConfig gives the
 // URL and headers of the platform's MCP server for the run (POST /mcp,

@@ -469,3 +469,37 @@ func TestInputRequired(t *testing.T) {
 		t.Errorf("request %+v", got)
 	}
 }
+
+// The traceparent an agent is invoked with goes on with its calls of the
+// platform and its LLM calls, so the platform's spans join the run's trace.
+func TestRequestClientPropagatesTraceparent(t *testing.T) {
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	platform := newFakePlatform(t, map[string]func(recorded) reply{
+		"POST /v1/sessions/ses_1/messages": okJSON(map[string]any{"message_id": "msg_1", "session_id": "ses_1", "run_id": "run_1", "role": "assistant", "content": "noted", "created_at": 1}),
+	})
+	headers := make(chan map[string]string, 1)
+	srv := startAgent(t, func(ctx context.Context, req *agentplane.Request, s agentplane.Stream) error {
+		if _, err := req.Client().AppendMessage(ctx, "", agentplane.Message{Role: "assistant", Content: "noted"}); err != nil {
+			return err
+		}
+		headers <- req.OpenAIHeaders()
+		return nil
+	}, func(a *agentplane.AgentHandler) {
+		a.Platform = &agentplane.Client{BaseURL: platform.URL, APIKey: "ak_1"}
+	})
+	resp := invoke(t, context.Background(), srv, nil, http.Header{"Traceparent": {tp}})
+	if evs := newSSEReader(resp.Body).events(t, false); evs[len(evs)-1].Name != "done" {
+		t.Fatalf("events = %+v", evs)
+	}
+	if got := platform.last(t).Header.Get("traceparent"); got != tp {
+		t.Errorf("platform call traceparent = %q, want %q", got, tp)
+	}
+	if h := <-headers; h["traceparent"] != tp || h["x-run-id"] != "run_1" {
+		t.Errorf("OpenAIHeaders = %v", h)
+	}
+	// An agent with its own spans sends its span's context instead.
+	own := "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"
+	if c := (&agentplane.Client{}).WithTraceparent(own); c.OpenAIHeaders()["traceparent"] != own {
+		t.Errorf("WithTraceparent: %v", c.OpenAIHeaders())
+	}
+}

@@ -26,7 +26,7 @@ func (c *Client) MCPConfig() MCPConfig {
 	if c == nil {
 		return MCPConfig{}
 	}
-	h := attribution(c.RunID, c.SessionID)
+	h := c.attribution()
 	h["Authorization"] = "Bearer " + c.APIKey
 	return MCPConfig{URL: strings.TrimRight(c.BaseURL, "/") + "/mcp", Headers: h}
 }

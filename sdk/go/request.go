@@ -84,6 +84,7 @@ func newRequest(b *invokeBody, h http.Header, platform *Client) *Request {
 	if platform != nil {
 		c := platform.WithRun(r.RunID, r.SessionID)
 		c.AgentID = r.AgentID
+		c.Traceparent = r.Traceparent
 		r.client = c
 	}
 	return r
@@ -115,9 +116,14 @@ func (r *Request) OpenAIAPIKey() string {
 
 // OpenAIHeaders are the extra headers an OpenAI-compatible SDK must send so
 // the platform attributes each LLM call to this run: x-run-id and
-// x-session-id.
+// x-session-id, and traceparent (the one the agent was invoked with) so the
+// call's span joins the run's trace.
 func (r *Request) OpenAIHeaders() map[string]string {
-	return attribution(r.RunID, r.SessionID)
+	h := attribution(r.RunID, r.SessionID)
+	if r.Traceparent != "" {
+		h["traceparent"] = r.Traceparent
+	}
+	return h
 }
 
 func attribution(runID, sessionID string) map[string]string {

@@ -48,6 +48,7 @@ class Client:
         *,
         agent_id: Optional[str] = None,
         timeout: float = 30.0,
+        traceparent: Optional[str] = None,
     ) -> None:
         base_url = base_url or os.environ.get(ENV_URL)
         if not base_url:
@@ -58,6 +59,12 @@ class Client:
         self.session_id = session_id or None
         self.agent_id = agent_id or None
         self.timeout = timeout
+        #: The W3C trace context sent with every call (and in
+        #: ``openai_kwargs``' headers), so the platform's spans of this
+        #: agent's LLM and tool calls join the run's trace. ``req.client``
+        #: carries the traceparent the agent was invoked with; an agent with
+        #: OpenTelemetry of its own sets its current span's (``bind(traceparent=...)``).
+        self.traceparent = traceparent or None
         #: Tool calls in the bound run: ``client.tools.invoke(name, args)``.
         self.tools = Tools(self)
         #: Other agents, run as children of the bound run: ``client.agents.invoke(agent_id, message)``.
@@ -67,8 +74,14 @@ class Client:
         # Never print the key: reprs end up in logs and tracebacks.
         return f"Client(base_url={self.base_url!r}, agent_id={self.agent_id!r}, run_id={self.run_id!r}, session_id={self.session_id!r})"
 
-    def bind(self, run_id: Optional[str] = None, session_id: Optional[str] = None, agent_id: Optional[str] = None) -> "Client":
-        """Return a copy of this client attributed to another run/session/agent."""
+    def bind(
+        self,
+        run_id: Optional[str] = None,
+        session_id: Optional[str] = None,
+        agent_id: Optional[str] = None,
+        traceparent: Optional[str] = None,
+    ) -> "Client":
+        """Return a copy of this client attributed to another run/session/agent (or trace context)."""
         return Client(
             self.base_url,
             self.agent_api_key,
@@ -76,17 +89,20 @@ class Client:
             session_id if session_id is not None else self.session_id,
             agent_id=agent_id if agent_id is not None else self.agent_id,
             timeout=self.timeout,
+            traceparent=traceparent if traceparent is not None else self.traceparent,
         )
 
     # -- attribution -------------------------------------------------------
 
     def headers(self) -> Dict[str, str]:
-        """The attribution headers (``x-run-id``, ``x-session-id``) this client sends."""
+        """The attribution headers (``x-run-id``, ``x-session-id``, ``traceparent``) this client sends."""
         h: Dict[str, str] = {}
         if self.run_id:
             h["x-run-id"] = self.run_id
         if self.session_id:
             h["x-session-id"] = self.session_id
+        if self.traceparent:
+            h["traceparent"] = self.traceparent
         return h
 
     def openai_kwargs(self) -> Dict[str, Any]:

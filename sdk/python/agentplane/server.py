@@ -95,7 +95,7 @@ class Request:
         self.context: Dict[str, Any] = ctx
         self.user_id: str = _str(ctx.get("user_id"))
         self.traceparent: str = _str(headers.get("traceparent"))
-        self._client: Optional[Client] = client.bind(self.run_id, self.session_id, self.agent_id) if client else None
+        self._client: Optional[Client] = client.bind(self.run_id, self.session_id, self.agent_id, self.traceparent) if client else None
         if self._client is not None:
             # A child the handler is following stops with the run.
             self._client.agents = Agents(self._client, on_cancel=self._on_cancel)

@@ -222,6 +222,22 @@ class ServerTest(unittest.TestCase):
         self.assertTrue(req.has_client)
         self.assertEqual((req.client.base_url, req.client.agent_api_key, req.client.run_id), ("http://127.0.0.1:1", "ak_1", "r"))
 
+    def test_client_carries_the_traceparent(self) -> None:
+        # The traceparent the agent was invoked with goes on with its platform
+        # and LLM calls, so the platform's spans of them join the run's trace.
+        seen: List[agentplane.Request] = []
+        server = self.start(lambda req: seen.append(req) or "ok", platform_url="http://127.0.0.1:1", agent_api_key="ak_1")
+        tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        events(server.port, {"agent_id": "a", "session_id": "s", "run_id": "r", "input_message": {"role": "user", "content": "hi"}}, {"traceparent": tp})
+        c = seen[0].client
+        self.assertEqual(c.headers(), {"x-run-id": "r", "x-session-id": "s", "traceparent": tp})
+        self.assertEqual(c.openai_kwargs()["default_headers"]["traceparent"], tp)
+        self.assertEqual(c.mcp_config()["headers"]["traceparent"], tp)
+        # An agent with spans of its own sends its span's context instead.
+        own = "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"
+        self.assertEqual(c.bind(traceparent=own).headers()["traceparent"], own)
+        self.assertEqual(c.bind(run_id="r2").traceparent, tp)
+
     # -- errors ------------------------------------------------------------
 
     def test_agent_error_after_delta(self) -> None:

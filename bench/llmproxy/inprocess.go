@@ -43,16 +43,21 @@ type sample struct {
 	err         bool
 }
 
-// one sends one request and reads the whole answer.
+// one sends one request to the in-process targets and reads the whole answer.
 func one(base string, stream bool, scheduled time.Time) sample {
+	return oneTo(base, agentKey, "run-bench", stream, scheduled)
+}
+
+// oneTo sends one request with the agent key and run id and reads the whole answer.
+func oneTo(base, key, runID string, stream bool, scheduled time.Time) sample {
 	body := jsonReq
 	if stream {
 		body = streamReq
 	}
 	req, _ := http.NewRequest(http.MethodPost, base+"/chat/completions", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+agentKey)
-	req.Header.Set("X-Run-Id", "run-bench")
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("X-Run-Id", runID)
 	sent := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
@@ -95,6 +100,12 @@ type phase struct {
 // load sends rate requests per second to base for d, open loop, and
 // returns every result.
 func load(base string, stream bool, rate int, d time.Duration) phase {
+	return loadFn(func(at time.Time) sample { return one(base, stream, at) }, rate, d)
+}
+
+// loadFn sends rate requests per second with send for d, open loop, and
+// returns every result.
+func loadFn(send func(scheduled time.Time) sample, rate int, d time.Duration) phase {
 	n := int(float64(rate) * d.Seconds())
 	out := make([]sample, n)
 	interval := time.Second / time.Duration(rate)
@@ -116,7 +127,7 @@ func load(base string, stream bool, rate int, d time.Duration) phase {
 		go func(i int, at time.Time) {
 			defer wg.Done()
 			defer inflight.Add(-1)
-			out[i] = one(base, stream, at)
+			out[i] = send(at)
 		}(i, at)
 	}
 	wg.Wait()

@@ -1,0 +1,125 @@
+// Package tracing is agentplane's OpenTelemetry setup (DESIGN §14): spans
+// for runs, agent invokes, LLM calls and tool calls, parented by the W3C
+// traceparent. Spans are exported over OTLP/HTTP only when the standard
+// OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is
+// set; otherwise the tracer only mints span ids, so a traceparent still
+// flows to agents, tools and upstreams at the cost of a random number.
+package tracing
+
+import (
+	"context"
+	"errors"
+	"runtime/debug"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Attribute keys agentplane puts on its spans.
+const (
+	RunID       = attribute.Key("agentplane.run_id")
+	SessionID   = attribute.Key("agentplane.session_id")
+	AgentID     = attribute.Key("agentplane.agent_id")
+	ParentRunID = attribute.Key("agentplane.parent_run_id")
+	ToolCallID  = attribute.Key("agentplane.tool_call_id")
+	ToolName    = attribute.Key("agentplane.tool_name")
+	ToolKind    = attribute.Key("agentplane.tool_kind")
+	ToolState   = attribute.Key("agentplane.tool_state")
+	Outcome     = attribute.Key("agentplane.outcome")
+	Protocol    = attribute.Key("agentplane.protocol")
+)
+
+// provider is the process's tracer provider: the id-only one until Setup
+// finds an endpoint.
+var (
+	tracer  atomic.Pointer[trace.Tracer]
+	enabled atomic.Bool
+)
+
+func init() {
+	var t trace.Tracer = idTracer{}
+	tracer.Store(&t)
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+}
+
+// Enabled reports whether spans are exported.
+func Enabled() bool { return enabled.Load() }
+
+// Exporting reports whether getenv names an OTLP endpoint for traces.
+func Exporting(getenv func(string) string) bool {
+	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+}
+
+// Setup installs the process's tracer provider. With no OTLP endpoint in
+// getenv it creates no exporter and returns a no-op shutdown. Otherwise
+// spans are batched and sent over OTLP/HTTP (the exporter reads the other
+// standard OTEL_EXPORTER_OTLP_* variables itself); shutdown flushes them.
+func Setup(ctx context.Context, getenv func(string) string) (shutdown func(context.Context) error, err error) {
+	if !Exporting(getenv) {
+		return func(context.Context) error { return nil }, nil
+	}
+	exp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, err
+	}
+	name := getenv("OTEL_SERVICE_NAME")
+	if name == "" {
+		name = "agentplane"
+	}
+	version := "devel"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		version = bi.Main.Version
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(name), semconv.ServiceVersion(version)))
+	if err != nil {
+		res = resource.Default()
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(newBatcher(exp, getenv)), sdktrace.WithResource(res))
+	otel.SetTracerProvider(tp)
+	t := tp.Tracer("github.com/agentplane/agentplane")
+	tracer.Store(&t)
+	enabled.Store(true)
+	return func(ctx context.Context) error {
+		enabled.Store(false)
+		var it trace.Tracer = idTracer{}
+		tracer.Store(&it)
+		return errors.Join(tp.ForceFlush(ctx), tp.Shutdown(ctx))
+	}, nil
+}
+
+// Start starts a span named name as a child of ctx's span (a local span or
+// a remote parent from a traceparent), or a new trace.
+func Start(ctx context.Context, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	t := *tracer.Load()
+	if _, ok := t.(idTracer); ok {
+		// Nothing exported: no options to build, the span needs ids only.
+		return idStart(ctx, trace.SpanContextFromContext(ctx))
+	}
+	return t.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+}
+
+// End ends span, marking it failed when err is not nil.
+func End(span trace.Span, err error) {
+	if err != nil {
+		Fail(span, err.Error())
+	}
+	span.End()
+}
+
+// Fail marks span failed with a description (an error code, a message).
+func Fail(span trace.Span, desc string) {
+	if span.IsRecording() {
+		span.SetStatus(codes.Error, desc)
+	}
+}
+
+// otelHandle reports an export error the way the SDK's processor does.
+func otelHandle(err error) { otel.Handle(err) }
