@@ -227,6 +227,7 @@ type platform struct {
 	gc       *gcTracker
 	wsMsgs   atomic.Int64
 	wsClosed chan struct{}
+	pprof    string // where the platform serves net/http/pprof ("" = not)
 }
 
 // platformOptions configure startPlatformEnv.
@@ -238,6 +239,7 @@ type platformOptions struct {
 	gctrace  bool
 	maxIdle  int
 	logFile  string
+	pprof    string // the platform's --pprof-addr (AGENTPLANE_PPROF_ADDR); "" = off
 }
 
 // startPlatformEnv starts the binary on a fresh store, registers the agent
@@ -264,6 +266,10 @@ func startPlatformEnv(o platformOptions) (_ *platform, err error) {
 		return nil, fmt.Errorf("unknown store %q", o.store)
 	}
 	var env []string
+	if o.pprof != "" {
+		env = append(env, "AGENTPLANE_PPROF_ADDR="+o.pprof)
+		e.pprof = o.pprof
+	}
 	var sinks []func(string)
 	if o.gctrace {
 		e.gc = &gcTracker{}
@@ -450,4 +456,34 @@ func (e *platform) close() {
 	for _, fn := range e.cleanup {
 		fn()
 	}
+}
+
+// profile records CPU profiles of the platform (when it serves pprof)
+// until stop: consecutive 1 s profiles file.000, file.001 … (the handler
+// cannot be stopped early), merged with go tool pprof -proto file.* .
+func (e *platform) profile(file string) (stop func()) {
+	if e.pprof == "" {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var n int
+		for ctx.Err() == nil {
+			req, _ := http.NewRequestWithContext(context.Background(), "GET", "http://"+e.pprof+"/debug/pprof/profile?seconds=1", nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return
+			}
+			f, err := os.Create(fmt.Sprintf("%s.%03d", file, n))
+			if err == nil {
+				io.Copy(f, resp.Body)
+				f.Close()
+			}
+			resp.Body.Close()
+			n++
+		}
+	}()
+	return func() { cancel(); <-done }
 }

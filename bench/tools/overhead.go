@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -78,6 +79,8 @@ func overheadMain(args []string) error {
 	conc := fs.Int("concurrency", 8, "concurrent callers in the concurrent phase (each in a run of its own)")
 	concN := fs.Int("conc-n", 4000, "calls per target and round in the concurrent phase")
 	warm := fs.Int("warmup", 300, "unmeasured calls per target before each round (each round starts a fresh platform)")
+	pprofAddr := fs.String("pprof-addr", "", "start the platform with --pprof-addr at this address and save a CPU profile of each invoke phase into -profile-dir")
+	profDir := fs.String("profile-dir", ".", "where -pprof-addr's profiles go (<store>-<phase>-r<round>.pprof; read them with go tool pprof -top BINARY FILE)")
 	fs.Parse(args)
 	stores, err := cf.storeList()
 	if err != nil {
@@ -95,11 +98,11 @@ func overheadMain(args []string) error {
 	var order []key
 	for round := 1; round <= cf.rounds; round++ {
 		for _, store := range stores {
-			e, err := startPlatformEnv(platformOptions{store: store, bin: bin, dir: dir, pg: cf.pg, runs: *conc, logFile: cf.serverLog})
+			e, err := startPlatformEnv(platformOptions{store: store, bin: bin, dir: dir, pg: cf.pg, runs: *conc, logFile: cf.serverLog, pprof: *pprofAddr})
 			if err != nil {
 				return fmt.Errorf("%s: %w", store, err)
 			}
-			rs, err := measureOverhead(e, round, *n, *conc, *concN, *warm)
+			rs, err := measureOverhead(e, round, *n, *conc, *concN, *warm, *profDir)
 			e.close()
 			if err != nil {
 				return fmt.Errorf("%s: %w", store, err)
@@ -116,8 +119,8 @@ func overheadMain(args []string) error {
 	}
 	fmt.Println("## summary, rounds pooled (ms; overhead = agentplane − direct at the same percentile; ratio = agentplane ÷ direct)")
 	fmt.Println()
-	fmt.Println("| store | phase | calls | direct p50 / p99 | agentplane p50 / p99 | overhead p50 / p99 | ratio p50 / p99 | agentplane p99 per round | calls/s | server CPU per call |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| store | phase | calls | direct p50 / p99 | agentplane p50 / p99 | overhead p50 / p99 | ratio p50 / p99 | agentplane p99 per round | direct calls/s | agentplane calls/s | server CPU per call |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, k := range order {
 		r := pooled[k]
 		b, p := percentiles(r.base), percentiles(r.plat)
@@ -125,9 +128,9 @@ func overheadMain(args []string) error {
 		for _, d := range r.roundP99 {
 			per = append(per, ms(d))
 		}
-		fmt.Printf("| %s | %s | %d | %s / %s | %s / %s | %s / %s | %s / %s | %s | %.0f | %.0f µs |\n", r.store, r.phase, p.n,
+		fmt.Printf("| %s | %s | %d | %s / %s | %s / %s | %s / %s | %s / %s | %s | %.0f | %.0f | %.0f µs |\n", r.store, r.phase, p.n,
 			ms(b.p50), ms(b.p99), ms(p.p50), ms(p.p99), ms(p.p50-b.p50), ms(p.p99-b.p99), ratio(p.p50, b.p50), ratio(p.p99, b.p99),
-			strings.Join(per, ", "), float64(p.n)/r.platWall.Seconds(), r.platCPU.Seconds()*1e6/float64(p.n))
+			strings.Join(per, ", "), float64(b.n)/r.baseWall.Seconds(), float64(p.n)/r.platWall.Seconds(), r.platCPU.Seconds()*1e6/float64(p.n))
 	}
 	fmt.Println()
 	return nil
@@ -137,6 +140,7 @@ type phaseResult struct {
 	store, phase string
 	base, plat   []time.Duration
 	platWall     time.Duration
+	baseWall     time.Duration
 	platCPU      time.Duration // server CPU time used in the platform phase
 	roundP99     []time.Duration
 }
@@ -145,13 +149,14 @@ func (r *phaseResult) add(o *phaseResult) {
 	r.base = append(r.base, o.base...)
 	r.plat = append(r.plat, o.plat...)
 	r.platWall += o.platWall
+	r.baseWall += o.baseWall
 	r.platCPU += o.platCPU
 	r.roundP99 = append(r.roundP99, percentiles(o.plat).p99)
 }
 
 // measureOverhead runs one round on e: sequential direct, sequential
 // invokes, concurrent direct, concurrent invokes.
-func measureOverhead(e *platform, round, n, conc, concN, warm int) ([]*phaseResult, error) {
+func measureOverhead(e *platform, round, n, conc, concN, warm int, profDir string) ([]*phaseResult, error) {
 	ctx := context.Background()
 	var failures atomic.Int64
 	var firstErr atomic.Value
@@ -241,8 +246,10 @@ func measureOverhead(e *platform, round, n, conc, concN, warm int) ([]*phaseResu
 		run  func(string, func(string, int) time.Duration) ([]time.Duration, cpuUse)
 	}{{"sequential", seq}, {fmt.Sprintf("%d concurrent", conc), par}} {
 		b, bc := ph.run(ph.name, direct)
+		stopProf := e.profile(filepath.Join(profDir, fmt.Sprintf("%s-%s-r%d.pprof", e.store, strings.ReplaceAll(ph.name, " ", "-"), round)))
 		p, pc := ph.run(ph.name, invoke)
-		r := &phaseResult{store: e.store, phase: ph.name, base: b, plat: p, platWall: pc.wall, platCPU: time.Duration(pc.server * float64(pc.wall))}
+		stopProf()
+		r := &phaseResult{store: e.store, phase: ph.name, base: b, plat: p, platWall: pc.wall, baseWall: bc.wall, platCPU: time.Duration(pc.server * float64(pc.wall))}
 		bp, pp := percentiles(append([]time.Duration(nil), b...)), percentiles(append([]time.Duration(nil), p...))
 		fmt.Printf("## %s, %s, round %d\n", e.store, ph.name, round)
 		fmt.Printf("direct POST to the tool:   %s (%.0f calls/s)\n", bp, float64(len(b))/bc.wall.Seconds())

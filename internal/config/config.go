@@ -40,7 +40,10 @@ type Config struct {
 	InstanceID        string
 
 	// Timeouts and intervals (flags only; defaults suit production).
-	ShutdownGrace         time.Duration
+	ShutdownGrace time.Duration
+	// PprofAddr, when set, serves net/http/pprof on its own listener
+	// (never on the API's address, which faces clients).
+	PprofAddr             string
 	AgentFirstByteTimeout time.Duration
 	AgentIdleTimeout      time.Duration
 	HealthInterval        time.Duration
@@ -143,6 +146,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	fs.StringVar(&c.Role, "role", env("AGENTPLANE_ROLE", "all"), "all | orchestrator | ingress")
 	fs.BoolVar(&c.Demo, "demo", env("AGENTPLANE_DEMO", "") == "true", "start a demo agent and user key")
 	fs.StringVar(&c.InstanceID, "instance-id", env("AGENTPLANE_INSTANCE_ID", ""), "stable id of this process, unique among the processes sharing a database (AGENTPLANE_INSTANCE_ID; default host/addr, plus a random suffix when the port is 0); runs a previous process with this id left unfinished are failed at start")
+	fs.StringVar(&c.PprofAddr, "pprof-addr", env("AGENTPLANE_PPROF_ADDR", ""), "serve Go's net/http/pprof profiles on this address (e.g. 127.0.0.1:6060), a listener of its own; off when empty (AGENTPLANE_PPROF_ADDR)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight runs may finish on SIGTERM before they are failed")
 	fs.DurationVar(&c.AgentFirstByteTimeout, "agent-first-byte-timeout", 30*time.Second, "time for an agent's first SSE event")
 	fs.DurationVar(&c.AgentIdleTimeout, "agent-idle-timeout", 60*time.Second, "longest gap between an agent's SSE events")

@@ -233,6 +233,13 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		mux.Handle("GET /static/", ui)
 	}
 
+	if cfg.PprofAddr != "" {
+		stopPprof, err := servePprof(cfg.PprofAddr, logger)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
 	tcp, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Addr, err)

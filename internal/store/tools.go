@@ -147,6 +147,10 @@ type ToolCallInsertParams struct {
 	ArgsHash       string
 	TimeoutMS      int64
 	At             int64
+	// Policy, when set, is the policy decision taken before the insert: the
+	// call is inserted POLICY_CHECKED with it (CREATED → POLICY_CHECKED in
+	// the same statement, one round trip fewer).
+	Policy json.RawMessage
 }
 
 // ToolCallTransitionParams moves tool call ID to Status if it is currently
@@ -172,6 +176,10 @@ type ToolCallTransitionParams struct {
 	// sweeper's guard, so a call whose deadline moved on since it was listed
 	// (for example approved and given a fresh tool timeout) is left alone.
 	IfDueBy int64
+	// Via, when set, is a state passed through in the same statement:
+	// every From→Via and Via→Status must be edges (a dispatch and the
+	// claim to run, in one UPDATE).
+	Via string
 }
 
 // ToolCallListDueParams lists non-terminal calls whose deadline is at or

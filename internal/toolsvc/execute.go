@@ -68,7 +68,7 @@ func (s *Service) execute(ctx context.Context, c *store.ToolCall) {
 	var claimed *store.ToolCall
 	_, err := s.commit(ctx, c.SessionID, c.RunID, func(st *step) error {
 		claimed = nil
-		cur, err := st.move(c, store.ToolCallTransitionParams{From: []string{store.ToolCallDispatched}, Status: store.ToolCallRunning, IncAttempts: true})
+		cur, err := st.claim(c, rec)
 		if errors.Is(err, store.ErrConflict) {
 			return nil // cancelled, timed out or claimed elsewhere
 		}
@@ -76,7 +76,6 @@ func (s *Service) execute(ctx context.Context, c *store.ToolCall) {
 			return err
 		}
 		claimed = cur
-		st.event(eventlog.TypeToolDispatched, map[string]any{"tool_call_id": cur.ToolCallID, "tool_name": cur.ToolName, "kind": cur.Kind, "attempt": cur.Attempts, "endpoint": rec.Endpoint, "deadline_at": cur.DeadlineAt})
 		return nil
 	})
 	if err != nil {
@@ -86,6 +85,86 @@ func (s *Service) execute(ctx context.Context, c *store.ToolCall) {
 	if claimed == nil {
 		return
 	}
+	s.send(ctx, claimedCall{c: claimed, rec: rec, args: args}, log)
+}
+
+// claimedCall is a server call claimed (RUNNING) by this process, with
+// what it is sent.
+type claimedCall struct {
+	c    *store.ToolCall
+	rec  policyRecord
+	args json.RawMessage // the real ones of a redacted call
+}
+
+// claim moves c from DISPATCHED to RUNNING and records tool_dispatched: a
+// guarded transition, so whoever else tries (a retry, a second replica)
+// finds it claimed. The claim is the only way to RUNNING and is committed
+// before the call is sent, so a call is sent at most once, and a crash
+// after the claim leaves it RUNNING, which the restart ends FAILED
+// outcome_unknown — never sent again.
+//
+// The dispatch that has the call's arguments claims it in its own
+// transaction (dispatchClaimed; issue 13: one commit fewer per call);
+// execute claims a call dispatched elsewhere in one of its own.
+func (st *step) claim(c *store.ToolCall, rec policyRecord) (*store.ToolCall, error) {
+	cur, err := st.move(c, store.ToolCallTransitionParams{From: []string{store.ToolCallDispatched}, Status: store.ToolCallRunning, IncAttempts: true})
+	if err != nil {
+		return cur, err
+	}
+	st.dispatched(cur, rec)
+	return cur, nil
+}
+
+// dispatched records tool_dispatched for c, just claimed.
+func (st *step) dispatched(c *store.ToolCall, rec policyRecord) {
+	st.event(eventlog.TypeToolDispatched, map[string]any{"tool_call_id": c.ToolCallID, "tool_name": c.ToolName, "kind": c.Kind, "attempt": c.Attempts, "endpoint": rec.Endpoint, "deadline_at": c.DeadlineAt})
+}
+
+// dispatchClaimed dispatches c and claims it in one statement (through
+// DISPATCHED to RUNNING, as claim), recording what dispatch and claim
+// record, in the same order: the run's state, then tool_dispatched.
+func (st *step) dispatchClaimed(c *store.ToolCall, rec policyRecord, deadline int64) (*store.ToolCall, error) {
+	cur, err := st.move(c, store.ToolCallTransitionParams{From: []string{c.Status}, Via: store.ToolCallDispatched, Status: store.ToolCallRunning, DeadlineAt: &deadline, IncAttempts: true})
+	if err != nil {
+		return cur, err
+	}
+	// The run's state follows the dispatch (detail: DISPATCHED, as a
+	// dispatch without the claim would say).
+	shown := *cur
+	shown.Status = store.ToolCallDispatched
+	if err := st.syncRun(&shown, nil); err != nil {
+		return cur, err
+	}
+	st.dispatched(cur, rec)
+	st.toPost = append(st.toPost, claimedCall{c: cur, rec: rec, args: st.s.argsFor(cur, rec)})
+	return cur, nil
+}
+
+// startClaimed sends a call claimed by a committed step, in the background
+// like startExec.
+// parent is the span of the tool call that dispatched it (DESIGN §14), the
+// parent of the execution's span, as in startExecFrom.
+func (s *Service) startClaimed(parent trace.SpanContext, cc claimedCall) {
+	s.execWG.Add(1)
+	go func() {
+		defer s.execWG.Done()
+		defer s.held.drop(cc.c.ToolCallID)
+		ctx := s.execCtx
+		if parent.IsValid() {
+			ctx = trace.ContextWithSpanContext(ctx, parent)
+		}
+		log := s.opts.Logger.With("tool_call_id", cc.c.ToolCallID, "tool_name", cc.c.ToolName, "run_id", cc.c.RunID, "session_id", cc.c.SessionID)
+		if tl := tracing.LogAttrs(ctx); tl != nil {
+			log = log.With(tl...)
+		}
+		s.send(ctx, cc, log)
+	}()
+}
+
+// send POSTs a claimed call (or calls its MCP server) and records the
+// outcome.
+func (s *Service) send(ctx context.Context, cc claimedCall, log *slog.Logger) {
+	claimed := cc.c
 	deadline := time.UnixMilli(claimed.DeadlineAt)
 	rctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -99,9 +178,9 @@ func (s *Service) execute(ctx context.Context, c *store.ToolCall) {
 	var result, errJSON json.RawMessage
 	switch claimed.Kind {
 	case store.ToolKindMCP:
-		status, result, errJSON = s.callMCP(rctx, claimed, args)
+		status, result, errJSON = s.callMCP(rctx, claimed, cc.args)
 	default:
-		status, result, errJSON = s.post(rctx, claimed, rec.Endpoint, args)
+		status, result, errJSON = s.post(rctx, claimed, cc.rec.Endpoint, cc.args)
 	}
 	span.SetAttributes(tracing.Outcome.String(status))
 	if status != store.ToolCallSucceeded {
@@ -112,7 +191,7 @@ func (s *Service) execute(ctx context.Context, c *store.ToolCall) {
 		// Shutting down: the deadline (or the run's end) settles the call.
 		return
 	}
-	_, err = s.commit(context.Background(), c.SessionID, c.RunID, func(st *step) error {
+	_, err := s.commit(context.Background(), claimed.SessionID, claimed.RunID, func(st *step) error {
 		_, err := st.finish(claimed, []string{store.ToolCallRunning}, status, result, errJSON, 0)
 		if errors.Is(err, store.ErrConflict) {
 			return nil // timed out or cancelled meanwhile: the late answer is dropped

@@ -115,13 +115,19 @@ func (s *Service) invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 	}
 	rec, _ := json.Marshal(pr)
 
-	var existing *store.ToolCall
+	// The inline wait registers before the commit, so the call's end —
+	// which may come right after it — wakes it, and the call as committed
+	// need not be read back.
+	w := s.waiters.add(callID, run.SessionID)
+	defer s.waiters.remove(w)
+	var existing, made *store.ToolCall
 	_, err = s.commit(ctx, run.SessionID, run.RunID, func(st *step) error {
-		existing = nil
+		existing, made = nil, nil
 		c, err := st.q.ToolCallInsert(st.ctx, &store.ToolCallInsertParams{
 			ToolCallID: callID, RunID: run.RunID, SessionID: run.SessionID, AgentID: p.AgentID,
 			ToolName: t.Def.Name, Kind: t.Def.Kind, Args: stored, IdempotencyKey: p.IdempotencyKey,
 			ArgsHash: hash, TimeoutMS: timeout, At: st.at,
+			Policy: rec, // decided above: inserted POLICY_CHECKED
 		})
 		if errors.Is(err, store.ErrDuplicate) {
 			existing = c
@@ -138,9 +144,6 @@ func (s *Service) invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 			created["idempotency_key"] = p.IdempotencyKey
 		}
 		st.event(eventlog.TypeToolCallCreated, created)
-		if c, err = st.move(c, store.ToolCallTransitionParams{From: []string{store.ToolCallCreated}, Status: store.ToolCallPolicyChecked, Policy: rec}); err != nil {
-			return err
-		}
 		pd := map[string]any{"tool_call_id": c.ToolCallID, "tool_name": c.ToolName, "decision": decision.Decision, "rule": decision.Rule, "eval_us": evalUS}
 		if decision.Expr != "" {
 			pd["expr"] = decision.Expr
@@ -153,12 +156,12 @@ func (s *Service) invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 		switch decision.Decision {
 		case tool.DecisionBlock:
 			msg := "blocked by the tool's policy (" + decision.Rule + ")"
-			_, err = st.finish(c, []string{store.ToolCallPolicyChecked}, store.ToolCallBlocked, nil, errorJSON("blocked", msg, nil), 0)
+			made, err = st.finish(c, []string{store.ToolCallPolicyChecked}, store.ToolCallBlocked, nil, errorJSON("blocked", msg, nil), 0)
 			return err
 		case tool.DecisionRequireApproval:
 			return st.requestApproval(c, t, approvalID)
 		default:
-			_, err = st.dispatch(c)
+			made, err = st.dispatch(c)
 			return err
 		}
 	})
@@ -181,6 +184,13 @@ func (s *Service) invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 		}
 		return s.settle(ctx, existing, p.NoWait)
 	}
+	if made != nil {
+		// As committed (the waiter was registered before): no read back.
+		if !p.NoWait && inlineWaited(made) {
+			return s.waitOn(ctx, w, made, true, s.opts.InlineWait)
+		}
+		return View(made), nil
+	}
 	c, err := s.st.ToolCallGet(ctx, callID)
 	if err != nil {
 		return nil, err
@@ -188,11 +198,17 @@ func (s *Service) invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 	return s.settle(ctx, c, p.NoWait)
 }
 
+// inlineWaited: an invoke of c waits for it (bounded) — an allowed server,
+// MCP or agent call still in flight.
+func inlineWaited(c *store.ToolCall) bool {
+	return (c.Kind == store.ToolKindServer || c.Kind == store.ToolKindMCP || c.Kind == store.ToolKindAgent) && (c.Status == store.ToolCallDispatched || c.Status == store.ToolCallRunning)
+}
+
 // settle answers an invoke: an allowed server, MCP or agent call still in
 // flight is waited for (bounded) unless the caller waits itself (noWait),
 // anything else is answered as it stands.
 func (s *Service) settle(ctx context.Context, c *store.ToolCall, noWait bool) (*CallView, error) {
-	if !noWait && (c.Kind == store.ToolKindServer || c.Kind == store.ToolKindMCP || c.Kind == store.ToolKindAgent) && (c.Status == store.ToolCallDispatched || c.Status == store.ToolCallRunning) {
+	if !noWait && inlineWaited(c) {
 		return s.wait(ctx, c, s.opts.InlineWait)
 	}
 	return View(c), nil

@@ -51,7 +51,8 @@ type step struct {
 	run *store.Run // the run the calls belong to, as of this transaction
 
 	evs      []store.EventParams
-	toRun    []*store.ToolCall // server calls to execute after commit
+	toRun    []*store.ToolCall // server calls to claim and execute after commit
+	toPost   []claimedCall     // server calls claimed in this step, to send after commit
 	launch   []func()          // child runs to drive after commit
 	ended    []*store.ToolCall // calls that reached a final state
 	runEnded bool              // this step failed the run
@@ -94,8 +95,12 @@ func (s *Service) commit(ctx context.Context, sessionID, runID string, fn func(s
 	if st.runEnded {
 		s.runFailedMetrics(st.run)
 	}
+	s.waiters.settled(st.ended)
 	for _, c := range st.toRun {
 		s.startExecFrom(span, c)
+	}
+	for _, cc := range st.toPost {
+		s.startClaimed(span, cc)
 	}
 	for _, launch := range st.launch {
 		launch()
@@ -156,18 +161,25 @@ func (st *step) finish(c *store.ToolCall, from []string, status string, result, 
 }
 
 // dispatch moves c (POLICY_CHECKED or WAITING_APPROVAL) to DISPATCHED with
-// a fresh tool timeout. A server call is executed after the commit; a
+// a fresh tool timeout. A server call whose arguments this process has is
+// claimed in the same transaction (claim) and sent after the commit;
+// otherwise it is claimed and sent after the commit by whoever holds them. A
 // client call is sent to the session's clients, or fails with
 // client_offline at once when none is connected.
 func (st *step) dispatch(c *store.ToolCall) (*store.ToolCall, error) {
 	deadline := st.at + c.TimeoutMS
+	if c.Kind == store.ToolKindServer || c.Kind == store.ToolKindMCP {
+		if rec := recordOf(c); st.s.argsFor(c, rec) != nil {
+			return st.dispatchClaimed(c, rec, deadline)
+		}
+	}
 	c, err := st.move(c, store.ToolCallTransitionParams{From: []string{c.Status}, Status: store.ToolCallDispatched, DeadlineAt: &deadline})
 	if err != nil {
 		return c, err
 	}
 	switch c.Kind {
 	case store.ToolKindServer, store.ToolKindMCP:
-		st.toRun = append(st.toRun, c)
+		st.toRun = append(st.toRun, c) // claimed by the holder of its arguments
 		return c, st.syncRun(c, nil)
 	case store.ToolKindAgent:
 		return st.dispatchAgent(c)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentplane/agentplane/internal/eventlog"
@@ -61,17 +62,31 @@ func (s *Service) wait(ctx context.Context, c *store.ToolCall, timeout time.Dura
 	}
 	w := s.waiters.add(c.ToolCallID, c.SessionID)
 	defer s.waiters.remove(w)
+	return s.waitOn(ctx, w, c, false, timeout)
+}
+
+// waitOn is wait's loop on a registered waiter w. fresh: c was read (or
+// committed) after w was registered, so it need not be read again before
+// the first wake. A call this process ended is handed over with the wake
+// (waiters.settled), saving the read.
+func (s *Service) waitOn(ctx context.Context, w *waiter, c *store.ToolCall, fresh bool, timeout time.Duration) (*CallView, error) {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
-		cur, err := s.st.ToolCallGet(ctx, c.ToolCallID)
-		if err != nil {
-			if ctx.Err() != nil {
-				return View(c), nil
-			}
-			return nil, err
+		if ended := w.ended.Load(); ended != nil {
+			return View(ended), nil
 		}
-		c = cur
+		if !fresh {
+			cur, err := s.st.ToolCallGet(ctx, c.ToolCallID)
+			if err != nil {
+				if ctx.Err() != nil {
+					return View(c), nil
+				}
+				return nil, err
+			}
+			c = cur
+		}
+		fresh = false
 		if store.ToolCallTerminal(c.Status) {
 			return View(c), nil
 		}
@@ -98,6 +113,7 @@ type waiters struct {
 type waiter struct {
 	callID, sessionID string
 	ch                chan struct{}
+	ended             atomic.Pointer[store.ToolCall] // the call in its final state, when this process ended it
 }
 
 func newWaiters() *waiters {
@@ -147,6 +163,22 @@ func (ws *waiters) committed(events []store.Event) {
 			w.wake()
 		}
 		ws.mu.Unlock()
+	}
+}
+
+// settled hands calls a committed step of this process ended to their
+// long-polls, with the final row (no read needed).
+func (ws *waiters) settled(calls []*store.ToolCall) {
+	if len(calls) == 0 {
+		return
+	}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, c := range calls {
+		for w := range ws.byCall[c.ToolCallID] {
+			w.ended.Store(c)
+			w.wake()
+		}
 	}
 }
 

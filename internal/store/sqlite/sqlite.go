@@ -49,6 +49,8 @@ var dialect = &sqlstore.Dialect{
 	BeginTx: func(ctx context.Context, db *sql.DB) (*sql.Tx, error) {
 		return db.BeginTx(ctx, nil) // _txlock=immediate in the DSN makes this BEGIN IMMEDIATE
 	},
+	// modernc parses and plans an unprepared statement on every call.
+	PrepareStatements: true,
 }
 
 // Open opens (creating if needed) the database file at path and migrates it.

@@ -35,6 +35,9 @@ type Dialect struct {
 	// EscapeText: the database's text refuses NUL bytes and invalid UTF-8,
 	// so strings go through the text codec (text.go).
 	EscapeText bool
+	// PrepareStatements: keep hot statements prepared (stmtcache.go), for
+	// a driver that does not cache them itself.
+	PrepareStatements bool
 }
 
 // DB is a store.Store. Writes go to write, reads to read; for SQLite those
@@ -54,7 +57,15 @@ func (db *DB) OnClose(fn func()) { db.closers = append(db.closers, fn) }
 
 // New wraps open pools. read may equal write.
 func New(d *Dialect, write, read *sql.DB) *DB {
-	return &DB{queries: &queries{d: d, w: write, r: read}, d: d, write: write, read: read}
+	q := &queries{d: d, w: write, r: read}
+	if d.PrepareStatements {
+		q.wc = newStmtCache(write)
+		q.rc = q.wc
+		if read != write {
+			q.rc = newStmtCache(read)
+		}
+	}
+	return &DB{queries: q, d: d, write: write, read: read}
 }
 
 // SQL is the writer pool, for tests that inspect tables directly (row
@@ -83,6 +94,10 @@ func (db *DB) Close() error {
 		fn()
 	}
 	db.closers = nil
+	if db.wc != nil {
+		db.wc.close()
+		db.rc.close()
+	}
 	err := db.write.Close()
 	if db.read != db.write {
 		err = errors.Join(err, db.read.Close())
@@ -104,7 +119,7 @@ func (db *DB) InTx(ctx context.Context, fn func(tx store.Queries) error) error {
 			_ = tx.Rollback()
 		}
 	}()
-	if err := fn(&queries{d: db.d, w: tx, r: tx}); err != nil {
+	if err := fn(&queries{d: db.d, w: tx, r: tx, tx: tx, wc: db.wc}); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -139,6 +154,27 @@ type queries struct {
 	d *Dialect
 	w querier
 	r querier
+	// Prepared statements of the writer and reader pools (nil: none);
+	// inside a transaction (tx set) both sides are tx, on the writer pool.
+	wc, rc *stmtCache
+	tx     *sql.Tx
+}
+
+// prepared returns query as a prepared statement for the writer (write)
+// or reader side, or nil to run it unprepared.
+func (q *queries) prepared(ctx context.Context, write bool, query string) *sql.Stmt {
+	c := q.rc
+	if write || q.tx != nil {
+		c = q.wc
+	}
+	if c == nil {
+		return nil
+	}
+	s := c.get(ctx, q.bind(query), q.tx != nil)
+	if s == nil || q.tx == nil {
+		return s
+	}
+	return q.tx.StmtContext(ctx, s)
 }
 
 var rebound sync.Map // query text -> numbered form
@@ -173,11 +209,18 @@ func (q *queries) bind(query string) string {
 // rows whose Scan unescapes strings and maps errors to the sentinels.
 
 func (q *queries) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if s := q.prepared(ctx, true, query); s != nil {
+		res, err := s.ExecContext(ctx, q.escape(args)...)
+		return res, mapErr(q.d, err)
+	}
 	res, err := q.w.ExecContext(ctx, q.bind(query), q.escape(args)...)
 	return res, mapErr(q.d, err)
 }
 
 func (q *queries) queryRow(ctx context.Context, write bool, query string, args ...any) *row {
+	if s := q.prepared(ctx, write, query); s != nil {
+		return &row{r: s.QueryRowContext(ctx, q.escape(args)...), q: q}
+	}
 	db := q.r
 	if write {
 		db = q.w
@@ -186,17 +229,25 @@ func (q *queries) queryRow(ctx context.Context, write bool, query string, args .
 }
 
 func (q *queries) query(ctx context.Context, query string, args ...any) (*rows, error) {
-	return q.queryOn(ctx, q.r, query, args)
+	return q.queryOn(ctx, false, query, args)
 }
 
 // queryWrite is query on the writer (inside a transaction: the statement
 // takes locks or changes rows).
 func (q *queries) queryWrite(ctx context.Context, query string, args ...any) (*rows, error) {
-	return q.queryOn(ctx, q.w, query, args)
+	return q.queryOn(ctx, true, query, args)
 }
 
-func (q *queries) queryOn(ctx context.Context, db querier, query string, args []any) (*rows, error) {
-	rs, err := db.QueryContext(ctx, q.bind(query), q.escape(args)...)
+func (q *queries) queryOn(ctx context.Context, write bool, query string, args []any) (*rows, error) {
+	var rs *sql.Rows
+	var err error
+	if s := q.prepared(ctx, write, query); s != nil {
+		rs, err = s.QueryContext(ctx, q.escape(args)...)
+	} else if write {
+		rs, err = q.w.QueryContext(ctx, q.bind(query), q.escape(args)...)
+	} else {
+		rs, err = q.r.QueryContext(ctx, q.bind(query), q.escape(args)...)
+	}
 	if err != nil {
 		return nil, mapErr(q.d, err)
 	}

@@ -48,11 +48,15 @@ func scanToolCalls(rows interface {
 // first to commit and then does nothing, so the SELECT that follows sees
 // the winner. That row comes back with ErrDuplicate.
 func (q *queries) ToolCallInsert(ctx context.Context, p *store.ToolCallInsertParams) (*store.ToolCall, error) {
+	status := store.ToolCallCreated
+	if len(p.Policy) > 0 {
+		status = store.ToolCallPolicyChecked
+	}
 	c, err := scanToolCall(q.queryRow(ctx, true, `INSERT INTO tool_calls (tool_call_id, run_id, session_id, agent_id, tool_name, kind, status,
-			args, idempotency_key, args_hash, timeout_ms, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, 'CREATED', ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING `+toolCallCols,
-		p.ToolCallID, p.RunID, p.SessionID, p.AgentID, p.ToolName, p.Kind,
-		jsonArg(p.Args, "{}"), p.IdempotencyKey, p.ArgsHash, p.TimeoutMS, p.At, p.At))
+			args, idempotency_key, args_hash, timeout_ms, created_at, updated_at, policy)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING `+toolCallCols,
+		p.ToolCallID, p.RunID, p.SessionID, p.AgentID, p.ToolName, p.Kind, status,
+		jsonArg(p.Args, "{}"), p.IdempotencyKey, p.ArgsHash, p.TimeoutMS, p.At, p.At, jsonArg(p.Policy, "")))
 	if err == nil {
 		return c, nil
 	}
@@ -88,9 +92,16 @@ func (q *queries) ToolCallTransition(ctx context.Context, p *store.ToolCallTrans
 	if len(p.From) == 0 {
 		return nil, fmt.Errorf("tool call transition %s: empty From", p.ID)
 	}
+	to := p.Status
+	if p.Via != "" {
+		if !store.ToolCallCanTransition(p.Via, p.Status) {
+			return nil, fmt.Errorf("tool call transition %s: %s -> %s is not an edge of the state machine", p.ID, p.Via, p.Status)
+		}
+		to = p.Via
+	}
 	for _, f := range p.From {
-		if !store.ToolCallCanTransition(f, p.Status) {
-			return nil, fmt.Errorf("tool call transition %s: %s -> %s is not an edge of the state machine", p.ID, f, p.Status)
+		if !store.ToolCallCanTransition(f, to) {
+			return nil, fmt.Errorf("tool call transition %s: %s -> %s is not an edge of the state machine", p.ID, f, to)
 		}
 	}
 	set := []string{"status = ?", "updated_at = ?"}

@@ -1003,3 +1003,42 @@ func TestToolCheckConstraints(t *testing.T) {
 		}
 	})
 }
+
+// A call inserted with its policy decision is POLICY_CHECKED at once, and a
+// transition Via a state checks both edges and lands in one statement
+// (issue 13: the invoke of an allowed server tool).
+func TestToolCallInsertDecidedAndVia(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		s := testdb.Open(t, dialect)
+		ctx := context.Background()
+		sid, rid := newRun(t, s)
+		p := callParams(sid, rid, "")
+		p.Policy = json.RawMessage(`{"decision":"allow","rule":"default"}`)
+		c, err := s.ToolCallInsert(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Status != store.ToolCallPolicyChecked || !jsonEqual(c.Policy, p.Policy) {
+			t.Fatalf("inserted with a policy: %s %s", c.Status, c.Policy)
+		}
+		// POLICY_CHECKED → RUNNING is not an edge; through DISPATCHED it is.
+		if _, err := s.ToolCallTransition(ctx, &store.ToolCallTransitionParams{ID: c.ToolCallID, From: []string{store.ToolCallPolicyChecked}, Status: store.ToolCallRunning, At: 11}); err == nil {
+			t.Fatal("POLICY_CHECKED → RUNNING without Via was accepted")
+		}
+		if _, err := s.ToolCallTransition(ctx, &store.ToolCallTransitionParams{ID: c.ToolCallID, From: []string{store.ToolCallPolicyChecked}, Via: store.ToolCallWaitingApproval, Status: store.ToolCallRunning, At: 11}); err == nil {
+			t.Fatal("a Via that is not an edge to the target was accepted")
+		}
+		d := int64(5000)
+		got, err := s.ToolCallTransition(ctx, &store.ToolCallTransitionParams{ID: c.ToolCallID, From: []string{store.ToolCallPolicyChecked}, Via: store.ToolCallDispatched, Status: store.ToolCallRunning, At: 12, DeadlineAt: &d, IncAttempts: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != store.ToolCallRunning || got.Attempts != 1 || got.DeadlineAt != 5000 || got.UpdatedAt != 12 {
+			t.Fatalf("after the transition via DISPATCHED: %+v", got)
+		}
+		// The guard still holds: a second claim finds it RUNNING.
+		if _, err := s.ToolCallTransition(ctx, &store.ToolCallTransitionParams{ID: c.ToolCallID, From: []string{store.ToolCallPolicyChecked}, Via: store.ToolCallDispatched, Status: store.ToolCallRunning, At: 13, IncAttempts: true}); !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("a second claim: %v", err)
+		}
+	})
+}
