@@ -16,6 +16,7 @@ import (
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/tool"
 	"github.com/agentplane/agentplane/internal/toolsvc"
+	"github.com/agentplane/agentplane/internal/tracing"
 )
 
 // Session states (ServerInfo.Status).
@@ -339,17 +340,24 @@ func (c *conn) snapshot() *toolsvc.MCPServer {
 }
 
 // headerTransport adds a server entry's headers to every request (the SDK's
-// transport has no headers of its own).
+// transport has no headers of its own), and the W3C traceparent of the
+// request's span: a tools/call is sent with the context of the tool call's
+// execution span, so the MCP server's own spans join the run's trace as a
+// server tool's do (DESIGN §14).
 type headerTransport struct {
 	base    http.RoundTripper
 	headers map[string]string
 }
 
 func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if len(h.headers) > 0 {
+	tp := tracing.Traceparent(r.Context())
+	if len(h.headers) > 0 || tp != "" {
 		r = r.Clone(r.Context())
 		for k, v := range h.headers {
 			r.Header.Set(k, v)
+		}
+		if tp != "" {
+			tracing.Inject(r.Context(), r.Header)
 		}
 	}
 	return h.base.RoundTrip(r)

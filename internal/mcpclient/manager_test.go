@@ -21,6 +21,7 @@ import (
 	"github.com/agentplane/agentplane/internal/testdb"
 	"github.com/agentplane/agentplane/internal/tool"
 	"github.com/agentplane/agentplane/internal/toolsvc"
+	"github.com/agentplane/agentplane/internal/tracing"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -379,5 +380,39 @@ func TestSpecChecks(t *testing.T) {
 	}
 	if _, err := mcpclient.DecodeSpec([]byte(`{"name":"x","transport":"stdio","command":"y","polcy":{}}`)); err == nil {
 		t.Fatal("an unknown field was accepted")
+	}
+}
+
+// A tools/call made in a span carries its traceparent to the MCP server,
+// as a server tool's POST does; requests outside a span carry none.
+func TestStreamableHTTPCallCarriesTraceparent(t *testing.T) {
+	srv := startHTTPServer(t)
+	m := newManager(t, "sqlite", nil)
+	if _, _, err := m.Put(context.Background(), &mcpclient.Spec{Name: "web", Transport: mcpclient.TransportStreamableHTTP, URL: srv.URL()}); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, m, "web", mcpclient.StatusConnected, 1)
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	ctx, cancel := context.WithTimeout(tracing.WithTraceparent(context.Background(), tp), 30*time.Second)
+	defer cancel()
+	res, err := m.CallMCP(ctx, toolsvc.MCPCall{Server: "web", Tool: "echo", Args: json.RawMessage(`{"text":"traced"}`)})
+	if err != nil || res.IsError {
+		t.Fatalf("echo: %+v %v", res, err)
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	var sawCall bool
+	for i, body := range srv.posts {
+		if strings.Contains(body, `"method":"tools/call"`) {
+			sawCall = true
+			if srv.traceparents[i] != tp {
+				t.Errorf("tools/call sent with traceparent %q, want %q", srv.traceparents[i], tp)
+			}
+		} else if strings.Contains(body, `"method":"initialize"`) && srv.traceparents[i] != "" {
+			t.Errorf("initialize (outside any span) sent with traceparent %q", srv.traceparents[i])
+		}
+	}
+	if !sawCall {
+		t.Fatalf("no tools/call among %d posts", len(srv.posts))
 	}
 }

@@ -109,14 +109,16 @@ func newTestServer(ev *serverEvents) *mcp.Server {
 // that can go down and come back, recording the JSON-RPC messages POSTed
 // to it.
 type httpServer struct {
-	t      *testing.T
-	addr   string
-	mcp    *mcp.Server
-	ev     *serverEvents
-	mu     sync.Mutex
-	posts  []string
-	srv    *http.Server
-	closed chan struct{}
+	t     *testing.T
+	addr  string
+	mcp   *mcp.Server
+	ev    *serverEvents
+	mu    sync.Mutex
+	posts []string
+	// traceparents[i] is the traceparent header of posts[i] ("" if none).
+	traceparents []string
+	srv          *http.Server
+	closed       chan struct{}
 }
 
 func startHTTPServer(t *testing.T) *httpServer {
@@ -141,6 +143,7 @@ func (h *httpServer) serve(ln net.Listener) {
 			b, _ := io.ReadAll(r.Body)
 			h.mu.Lock()
 			h.posts = append(h.posts, string(b))
+			h.traceparents = append(h.traceparents, r.Header.Get("traceparent"))
 			h.mu.Unlock()
 			r.Body = io.NopCloser(bytes.NewReader(b))
 		}
