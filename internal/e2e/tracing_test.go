@@ -125,6 +125,23 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 		if resp.StatusCode != 200 {
 			return fmt.Errorf("llm call: %d", resp.StatusCode)
 		}
+		// A call without a traceparent (an agent that does not pass it
+		// on) still joins the run's trace, under the invoke span.
+		hr, _ = http.NewRequestWithContext(ctx, "POST", c.OpenAIBaseURL()+"/chat/completions", bytes.NewReader(body))
+		hr.Header.Set("Authorization", "Bearer "+c.APIKey)
+		hr.Header.Set("Content-Type", "application/json")
+		for k, v := range c.OpenAIHeaders() {
+			if !strings.EqualFold(k, "traceparent") {
+				hr.Header.Set(k, v)
+			}
+		}
+		if resp, err = http.DefaultClient.Do(hr); err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("untraced llm call: %d", resp.StatusCode)
+		}
 		if _, err := c.Tools().Invoke(ctx, "trace.echo", map[string]any{"x": 1}); err != nil {
 			return err
 		}
@@ -157,10 +174,10 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 	// Every expected span, by name, once all have arrived.
 	want := []string{"agentplane.run", "agentplane.agent.invoke", "agent.handle", "child.run", "child.invoke", "toolchild.run", "agentplane.tool_call call_traced-child", "chat fake-gpt", "agentplane.tool_call trace.echo", "agentplane.tool.execute trace.echo"}
 	byName := map[string]otlprecv.Span{}
-	var childRuns []otlprecv.Span
+	var childRuns, llms []otlprecv.Span
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		byName = map[string]otlprecv.Span{}
-		childRuns = nil
+		childRuns, llms = nil, nil
 		for _, sp := range rc.Spans() {
 			name := sp.Name
 			if sp.Attrs["agentplane.agent_id"] == "traced-child" {
@@ -169,6 +186,9 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 			if name == "child.run" {
 				childRuns = append(childRuns, sp)
 				continue
+			}
+			if name == "chat fake-gpt" {
+				llms = append(llms, sp)
 			}
 			byName[name] = sp
 		}
@@ -188,7 +208,7 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 				missing = true
 			}
 		}
-		if !missing {
+		if !missing && len(llms) == 2 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -201,11 +221,15 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 		}
 	}
 	run, invoke, agentSpan := byName["agentplane.run"], byName["agentplane.agent.invoke"], byName["agent.handle"]
-	llm, call, exec := byName["chat fake-gpt"], byName["agentplane.tool_call trace.echo"], byName["agentplane.tool.execute trace.echo"]
+	call, exec := byName["agentplane.tool_call trace.echo"], byName["agentplane.tool.execute trace.echo"]
+	llm, untraced := llms[0], llms[1]
+	if llm.ParentSpanID != agentSpan.SpanID {
+		llm, untraced = untraced, llm
+	}
 	for _, link := range []struct {
 		child  otlprecv.Span
 		parent string
-	}{{run, callerSpan}, {invoke, run.SpanID}, {agentSpan, invoke.SpanID}, {llm, agentSpan.SpanID}, {call, agentSpan.SpanID}, {exec, call.SpanID},
+	}{{run, callerSpan}, {invoke, run.SpanID}, {agentSpan, invoke.SpanID}, {llm, agentSpan.SpanID}, {untraced, invoke.SpanID}, {call, agentSpan.SpanID}, {exec, call.SpanID},
 		{byName["child.run"], agentSpan.SpanID}, {byName["agentplane.tool_call call_traced-child"], agentSpan.SpanID},
 		{byName["toolchild.run"], byName["agentplane.tool_call call_traced-child"].SpanID}} {
 		if link.child.ParentSpanID != link.parent {
@@ -228,8 +252,8 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 	// What went over the wire: the upstream got the LLM span as its
 	// parent, the tool the execution span, and run_started recorded the
 	// run span's traceparent.
-	if got := upstreamTPs.all(); len(got) != 1 || got[0] != "00-"+callerTrace+"-"+llm.SpanID+"-01" {
-		t.Errorf("upstream traceparents %v, want the llm span %s", got, llm.SpanID)
+	if got := upstreamTPs.all(); len(got) != 2 || got[0] != "00-"+callerTrace+"-"+llm.SpanID+"-01" || got[1] != "00-"+callerTrace+"-"+untraced.SpanID+"-01" {
+		t.Errorf("upstream traceparents %v, want the llm spans %s, %s", got, llm.SpanID, untraced.SpanID)
 	}
 	if got := toolTPs.all(); len(got) != 1 || got[0] != "00-"+callerTrace+"-"+exec.SpanID+"-01" {
 		t.Errorf("tool traceparents %v, want the execution span %s", got, exec.SpanID)

@@ -121,7 +121,11 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep *endpoint) 
 	if ep == epEmbeddings {
 		op = "embeddings"
 	}
-	ctx, span := tracing.Start(r.Context(), op+" "+c.model, trace.SpanKindClient)
+	parent := r.Context()
+	if caller.Traceparent != "" && !trace.SpanContextFromContext(parent).IsValid() {
+		parent = tracing.WithTraceparent(parent, caller.Traceparent)
+	}
+	ctx, span := tracing.Start(parent, op+" "+c.model, trace.SpanKindClient)
 	c.span = span
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("gen_ai.operation.name", op), attribute.String("gen_ai.request.model", c.model),

@@ -6,6 +6,9 @@ import "net/http"
 // empty for calls an agent makes outside a run.
 type Caller struct {
 	AgentID, RunID, SessionID string
+	// Traceparent, when set, parents the call's span if the request
+	// carries no traceparent of its own (the run's agent invoke span).
+	Traceparent string
 }
 
 // Authenticator resolves the agent key (Authorization: Bearer) and the

@@ -128,8 +128,14 @@ type env struct {
 
 func newEnv(t *testing.T, cfg llmproxy.Config) *env {
 	t.Helper()
+	return newEnvAuth(t, cfg, testAuth)
+}
+
+// newEnvAuth is newEnv with another authenticator.
+func newEnvAuth(t *testing.T, cfg llmproxy.Config, auth llmproxy.Authenticator) *env {
+	t.Helper()
 	e := &env{rec: newMemRecorder()}
-	p, err := llmproxy.New(cfg, testAuth, e.rec)
+	p, err := llmproxy.New(cfg, auth, e.rec)
 	if err != nil {
 		t.Fatalf("llmproxy.New: %v", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -474,5 +475,29 @@ func TestCallStartedRecordedForLongCalls(t *testing.T) {
 				t.Errorf("callers = %+v, %+v", evs[0].Caller, evs[1].Caller)
 			}
 		})
+	}
+}
+
+// A call whose request carries no traceparent joins the trace the
+// authenticator names (the run's agent invoke span): the upstream is sent
+// a child of it. A request's own traceparent is left to the server's
+// middleware, so the caller's is not used for it.
+func TestCallSpanJoinsTheRunsTraceWithoutATraceparent(t *testing.T) {
+	const runTP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	up := newUpstream(t, fakellm.Options{})
+	e := newEnvAuth(t, singleUpstream(up), func(r *http.Request) (llmproxy.Caller, error) {
+		c, err := testAuth(r)
+		c.Traceparent = runTP
+		return c, err
+	})
+	body := []byte(`{"model":"fake-gpt","messages":[{"role":"user","content":"trace me"}]}`)
+	resp, _ := e.post(t, "/v1/chat/completions", agentKey, body, map[string]string{"X-Run-Id": "run-1"})
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	got := up.lastRequest(t).Header.Get("traceparent")
+	parts := strings.Split(got, "-")
+	if len(parts) != 4 || parts[1] != "4bf92f3577b34da6a3ce929d0e0e4736" || parts[2] == "00f067aa0ba902b7" {
+		t.Fatalf("upstream traceparent %q: want the run's trace id with a span of the call's own", got)
 	}
 }

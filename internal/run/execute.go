@@ -202,6 +202,11 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 	ictx, ispan := tracing.Start(ctx, "agentplane.agent.invoke", trace.SpanKindClient, tracing.RunID.String(run.RunID),
 		tracing.SessionID.String(run.SessionID), tracing.AgentID.String(ag.AgentID), tracing.Protocol.String(protocolOf(ag)))
 	req.Traceparent = tracing.Traceparent(ictx)
+	m.mu.Lock()
+	if a := m.active[run.RunID]; a != nil {
+		a.traceparent = req.Traceparent
+	}
+	m.mu.Unlock()
 	res, err := m.opts.Invoker.Invoke(ictx, ag.Endpoint, req, handle)
 	tracing.End(ispan, err)
 

@@ -125,6 +125,23 @@ type activeRun struct {
 
 	mu    sync.Mutex // orders delta appends against Cancel
 	ended bool       // set by Cancel under mu
+
+	// traceparent is the agent invoke span's, once the agent is being
+	// invoked (InvokeTraceparent); guarded by Manager.mu.
+	traceparent string
+}
+
+// InvokeTraceparent is the traceparent the agent of a run driven by this
+// process was invoked with, "" when the run is not being invoked here. The
+// LLM proxy parents a call that carries no traceparent of its own to it, so
+// an agent that does not pass the header on still lands in its run's trace.
+func (m *Manager) InvokeTraceparent(runID string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a := m.active[runID]; a != nil {
+		return a.traceparent
+	}
+	return ""
 }
 
 // storeListAll lists every active run for the orphan sweep.

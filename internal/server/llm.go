@@ -57,6 +57,10 @@ type llmBridge struct {
 	epoch  uint64
 
 	metrics llmMetrics
+
+	// invokeTraceparent gives a run's agent invoke traceparent (the run
+	// manager's), for calls that carry none; nil: none.
+	invokeTraceparent func(runID string) string
 }
 
 // llmMetrics are the LLM proxy's metrics (DESIGN §14), recorded as each
@@ -234,7 +238,11 @@ func (b *llmBridge) authenticate(r *http.Request) (llmproxy.Caller, error) {
 		// Nothing of a call may land after the run's terminal event.
 		return llmproxy.Caller{}, errRunNotActive(runID)
 	}
-	return llmproxy.Caller{AgentID: p.AgentID, RunID: runID, SessionID: o.sessionID}, nil
+	c := llmproxy.Caller{AgentID: p.AgentID, RunID: runID, SessionID: o.sessionID}
+	if b.invokeTraceparent != nil && r.Header.Get("traceparent") == "" {
+		c.Traceparent = b.invokeTraceparent(runID)
+	}
+	return c, nil
 }
 
 // Record is the proxy's Recorder: it queues the event on the log's writer

@@ -125,6 +125,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		MaxOutputBytes: cfg.MaxRunOutputBytes, MaxOutputEvents: cfg.MaxRunEvents, MaxTranscriptBytes: cfg.MaxTranscriptBytes,
 		MaxActiveRunsPerUser: cfg.File.Limits.MaxActiveRunsPerUser, MaxActiveRuns: cfg.File.Limits.MaxActiveRuns})
 	tools.SetRuns(runs)
+	bridge.invokeTraceparent = runs.InvokeTraceparent
 	// MCP servers as tool sources: every process connects to every server,
 	// since any process may dispatch a call (an approval decided here).
 	mcps := mcpclient.New(st, mcpclient.Options{Logger: logger, Allow: allow})
