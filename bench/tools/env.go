@@ -17,82 +17,9 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/agentplane/agentplane/bench/internal/benchproc"
 )
-
-// --- the agent: holds each run open until told to finish ---
-
-// holdAgent is a real HTTP server speaking DESIGN §5 SSE. Its /invoke
-// answers one delta at once (so the run is live), then only keep-alive
-// comments, until finish is called (then `done`) or the platform closes
-// the request. The run ids it was invoked with are handed out on runs.
-type holdAgent struct {
-	srv  *http.Server
-	URL  string
-	runs chan string
-	stop chan struct{}
-	once sync.Once
-	live atomic.Int64
-}
-
-func startHoldAgent() (*holdAgent, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	a := &holdAgent{URL: "http://" + ln.Addr().String(), runs: make(chan string, 100000), stop: make(chan struct{})}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"ok":true}`)) })
-	mux.HandleFunc("POST /invoke", a.invoke)
-	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go a.srv.Serve(ln)
-	return a, nil
-}
-
-func (a *holdAgent) invoke(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		RunID string `json:"run_id"`
-	}
-	json.NewDecoder(r.Body).Decode(&body)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	io.WriteString(w, "event: delta\ndata: {\"text\":\"holding the run open for the benchmark\"}\n\n")
-	rc.Flush()
-	a.live.Add(1)
-	defer a.live.Add(-1)
-	a.runs <- body.RunID
-	t := time.NewTicker(10 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-a.stop:
-			io.WriteString(w, "event: done\ndata: {\"usage\":{}}\n\n")
-			rc.Flush()
-			return
-		case <-r.Context().Done():
-			return
-		case <-t.C:
-			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {
-				return
-			}
-			if rc.Flush() != nil {
-				return
-			}
-		}
-	}
-}
-
-// finish makes every stream send done.
-func (a *holdAgent) finish() { a.once.Do(func() { close(a.stop) }) }
-
-func (a *holdAgent) close() {
-	a.finish()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	a.srv.Shutdown(ctx)
-	a.srv.Close()
-}
 
 // --- the fast server tool ---
 
@@ -218,7 +145,7 @@ type platform struct {
 	dsn      string
 	p        *proc
 	agentKey string
-	agent    *holdAgent
+	agent    *benchproc.HoldAgent
 	tools    *toolServer
 	ws       *websocket.Conn
 	http     *http.Client
@@ -289,7 +216,7 @@ func startPlatformEnv(o platformOptions) (_ *platform, err error) {
 			fn(s)
 		}
 	}
-	if e.agent, err = startHoldAgent(); err != nil {
+	if e.agent, err = benchproc.StartHoldAgent(); err != nil {
 		return nil, err
 	}
 	if e.tools, err = startToolServer(); err != nil {
@@ -354,7 +281,7 @@ func startPlatformEnv(o platformOptions) (_ *platform, err error) {
 	timeout := time.After(60 * time.Second)
 	for len(e.runIDs) < o.runs {
 		select {
-		case id := <-e.agent.runs:
+		case id := <-e.agent.Runs:
 			e.runIDs = append(e.runIDs, id)
 		case <-timeout:
 			return nil, fmt.Errorf("only %d of %d runs reached the agent in 60 s:\n%s", len(e.runIDs), o.runs, e.p.Tail())
@@ -435,11 +362,7 @@ func (e *platform) pkLookups() int64 {
 // removes its store.
 func (e *platform) close() {
 	if e.agent != nil {
-		e.agent.finish()
-		deadline := time.Now().Add(5 * time.Second)
-		for e.agent.live.Load() > 0 && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
+		e.agent.Finish() // waits (≤ 5 s) until every held run has sent done
 	}
 	if e.ws != nil {
 		e.ws.Close()
@@ -448,7 +371,7 @@ func (e *platform) close() {
 		e.p.Stop(30 * time.Second)
 	}
 	if e.agent != nil {
-		e.agent.close()
+		e.agent.Close()
 	}
 	if e.tools != nil {
 		e.tools.close()

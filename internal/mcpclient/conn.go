@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/tool"
@@ -350,15 +351,13 @@ type headerTransport struct {
 }
 
 func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	tp := tracing.Traceparent(r.Context())
-	if len(h.headers) > 0 || tp != "" {
+	traced := trace.SpanContextFromContext(r.Context()).IsValid()
+	if len(h.headers) > 0 || traced {
 		r = r.Clone(r.Context())
 		for k, v := range h.headers {
 			r.Header.Set(k, v)
 		}
-		if tp != "" {
-			tracing.Inject(r.Context(), r.Header)
-		}
+		tracing.Inject(r.Context(), r.Header) // nothing without a span
 	}
 	return h.base.RoundTrip(r)
 }
