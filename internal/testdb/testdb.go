@@ -22,6 +22,7 @@ import (
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/store/postgres"
 	"github.com/agentplane/agentplane/internal/store/sqlite"
+	"github.com/agentplane/agentplane/internal/store/sqlstore"
 )
 
 // DefaultPostgres is used when AGENTPLANE_TEST_POSTGRES is unset.
@@ -61,7 +62,13 @@ func Open(t testing.TB, dialect string) store.Store {
 	var s store.Store
 	var err error
 	if path, ok := strings.CutPrefix(dsn, "sqlite:"); ok {
-		s, err = sqlite.Open(ctx, path)
+		var db *sqlstore.DB
+		if db, err = sqlite.Open(ctx, path); err == nil {
+			if auditing() {
+				db.ObserveQueries(observe)
+			}
+			s = db
+		}
 	} else {
 		s, err = postgres.Open(ctx, dsn, postgres.Options{})
 	}

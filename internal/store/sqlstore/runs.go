@@ -76,7 +76,7 @@ func (q *queries) RunInsert(ctx context.Context, p *store.RunInsertParams) (*sto
 	}
 	if p.ResumesRunID != "" {
 		var n int
-		if err := q.queryRow(ctx, true, `SELECT COUNT(*) FROM runs WHERE resumes_run_id = ?`, p.ResumesRunID).Scan(&n); err == nil && n > 0 {
+		if err := q.queryRow(ctx, true, `SELECT COUNT(*) FROM runs WHERE resumes_run_id = ? AND resumes_run_id <> ''`, p.ResumesRunID).Scan(&n); err == nil && n > 0 {
 			return nil, fmt.Errorf("insert run %s: run %s was already resumed: %w", p.RunID, p.ResumesRunID, store.ErrConflict)
 		}
 	}
@@ -91,7 +91,9 @@ func (q *queries) RunListChildren(ctx context.Context, parentRunID string) ([]*s
 	if parentRunID == "" {
 		return []*store.Run{}, nil // roots are not anybody's children
 	}
-	rows, err := q.query(ctx, `SELECT `+runCols+` FROM runs WHERE parent_run_id = ? ORDER BY started_at, run_id`, parentRunID)
+	// "parent_run_id <> ''" is runs_parent's condition: without it the
+	// partial index cannot be used and every run is scanned.
+	rows, err := q.query(ctx, `SELECT `+runCols+` FROM runs WHERE parent_run_id = ? AND parent_run_id <> '' ORDER BY started_at, run_id`, parentRunID)
 	if err != nil {
 		return nil, fmt.Errorf("list children of run %s: %w", parentRunID, err)
 	}
@@ -143,7 +145,9 @@ func (q *queries) RunListIntention(ctx context.Context, intentionID string) ([]*
 	if intentionID == "" {
 		return []*store.Run{}, nil
 	}
-	rows, err := q.query(ctx, `SELECT `+runCols+` FROM runs WHERE intention_id = ? ORDER BY started_at, run_id`, intentionID)
+	// "intention_id <> ''" is runs_intention's condition: without it the
+	// partial index cannot be used and every run is scanned.
+	rows, err := q.query(ctx, `SELECT `+runCols+` FROM runs WHERE intention_id = ? AND intention_id <> '' ORDER BY started_at, run_id`, intentionID)
 	if err != nil {
 		return nil, fmt.Errorf("list runs of intention %s: %w", intentionID, err)
 	}

@@ -119,7 +119,7 @@ func (db *DB) InTx(ctx context.Context, fn func(tx store.Queries) error) error {
 			_ = tx.Rollback()
 		}
 	}()
-	if err := fn(&queries{d: db.d, w: tx, r: tx, tx: tx, wc: db.wc}); err != nil {
+	if err := fn(&queries{d: db.d, w: tx, r: tx, tx: tx, wc: db.wc, observe: db.observe}); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -158,7 +158,17 @@ type queries struct {
 	// inside a transaction (tx set) both sides are tx, on the writer pool.
 	wc, rc *stmtCache
 	tx     *sql.Tx
+	// observe, when set (tests only: ObserveQueries), is told every
+	// statement's text before it runs.
+	observe func(query string)
 }
+
+// ObserveQueries has fn told the text of every statement the store runs
+// from now on, inside transactions too. It is a test seam: the query-plan
+// audit (testdb.AuditQueryPlans) collects the statements a test suite runs
+// and checks none of them scans a table that grows. Set it before the
+// store is used.
+func (db *DB) ObserveQueries(fn func(query string)) { db.observe = fn }
 
 // prepared returns query as a prepared statement for the writer (write)
 // or reader side, or nil to run it unprepared.
@@ -209,6 +219,9 @@ func (q *queries) bind(query string) string {
 // rows whose Scan unescapes strings and maps errors to the sentinels.
 
 func (q *queries) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if q.observe != nil {
+		q.observe(query)
+	}
 	if s := q.prepared(ctx, true, query); s != nil {
 		res, err := s.ExecContext(ctx, q.escape(args)...)
 		return res, mapErr(q.d, err)
@@ -218,6 +231,9 @@ func (q *queries) exec(ctx context.Context, query string, args ...any) (sql.Resu
 }
 
 func (q *queries) queryRow(ctx context.Context, write bool, query string, args ...any) *row {
+	if q.observe != nil {
+		q.observe(query)
+	}
 	if s := q.prepared(ctx, write, query); s != nil {
 		return &row{r: s.QueryRowContext(ctx, q.escape(args)...), q: q}
 	}
@@ -239,6 +255,9 @@ func (q *queries) queryWrite(ctx context.Context, query string, args ...any) (*r
 }
 
 func (q *queries) queryOn(ctx context.Context, write bool, query string, args []any) (*rows, error) {
+	if q.observe != nil {
+		q.observe(query)
+	}
 	var rs *sql.Rows
 	var err error
 	if s := q.prepared(ctx, write, query); s != nil {

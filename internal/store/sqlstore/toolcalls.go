@@ -64,7 +64,7 @@ func (q *queries) ToolCallInsert(ctx context.Context, p *store.ToolCallInsertPar
 		return nil, fmt.Errorf("insert tool call %s: %w", p.ToolCallID, err)
 	}
 	if p.IdempotencyKey != "" {
-		c, err := scanToolCall(q.queryRow(ctx, true, `SELECT `+toolCallCols+` FROM tool_calls WHERE run_id = ? AND idempotency_key = ?`,
+		c, err := scanToolCall(q.queryRow(ctx, true, `SELECT `+toolCallCols+` FROM tool_calls WHERE run_id = ? AND idempotency_key = ? AND idempotency_key <> ''`,
 			p.RunID, p.IdempotencyKey))
 		if err == nil {
 			return c, fmt.Errorf("insert tool call: run %s already has key %q (%s): %w", p.RunID, p.IdempotencyKey, c.ToolCallID, store.ErrDuplicate)
