@@ -243,11 +243,42 @@ func measure(store, bin, dir, pg string, agent *localAgent, round, n, warm int) 
 			lat[kNative] = append(lat[kNative], dn)
 		}
 	}
-	fmt.Printf("## %s, round %d (server CPU %s, load %s)\n\n", store, round, benchproc.ProcCPU(p.Pid()).Round(time.Millisecond), benchproc.LoadAvg())
+	cpu := benchproc.ProcCPU(p.Pid()).Round(time.Millisecond)
+	// For the reading: how many commits of the event log each kind of
+	// round trip waits for or causes (its own, measured alone).
+	const probe = 100
+	perTrip := func(trip func() error) (float64, error) {
+		before := commits(p.URL)
+		for range probe {
+			if err := trip(); err != nil {
+				return 0, err
+			}
+		}
+		return (commits(p.URL) - before) / probe, nil
+	}
+	viaCommits, err := perTrip(func() error {
+		_, cid, err := send(via, contextID)
+		contextID = cid
+		return err
+	})
+	if err != nil {
+		return lat, err
+	}
+	nativeCommits, err := perTrip(func() error { _, err := nativeRun(); return err })
+	if err != nil {
+		return lat, err
+	}
+	fmt.Printf("## %s, round %d (server CPU %s, load %s; event-log commits per round trip: via A2A %.2f, native run %.2f)\n\n",
+		store, round, cpu, benchproc.LoadAvg(), viaCommits, nativeCommits)
 	printHeader()
 	printRow(store, fmt.Sprint(round), &lat)
 	fmt.Println()
 	return lat, nil
+}
+
+// commits is the event log's count of committed transactions so far.
+func commits(base string) float64 {
+	return benchproc.ScrapeMetrics(base)["agentplane_event_commits_total"]
 }
 
 // dial resolves the card at base and returns a v1.0 client sending key.

@@ -30,6 +30,12 @@ type op struct {
 	// behind marks a write-behind append nobody waits for and no client
 	// is sent (AppendBehind): it may linger to share a commit.
 	behind bool
+	// linger, for a behind op, bounds its wait for company instead of the
+	// writer's default (0: the default).
+	linger time.Duration
+	// chain, when set, links this op to others that must not commit once
+	// one of them failed (Chain).
+	chain *Chain
 }
 
 // DefaultBehindLinger is how long a batch of write-behind appends alone
@@ -70,14 +76,18 @@ func (w *writer) loop(stopped chan<- struct{}) {
 			select {
 			case o, ok = <-w.queue:
 			default:
-				if !behind || w.linger <= 0 {
+				limit := w.linger
+				if first.linger > 0 {
+					limit = first.linger
+				}
+				if !behind || limit <= 0 {
 					break drain
 				}
 				// Only write-behind appends so far: wait for company, at
-				// most until the first has lingered w.linger.
+				// most until the first has lingered its limit.
 				if !lingering {
 					lingering = true
-					d := w.linger - time.Since(first.queued)
+					d := limit - time.Since(first.queued)
 					if linger == nil {
 						linger = time.NewTimer(d)
 					} else {
@@ -118,6 +128,7 @@ func (w *writer) commit(batch []*op) {
 		errs = make([]error, len(batch))
 		if len(batch) == 1 {
 			errs[0] = err
+			failChain(batch[0], err)
 		} else {
 			w.split(batch, results, errs)
 		}
@@ -144,6 +155,7 @@ func (w *writer) try(ops []*op, results [][]store.Event) error {
 func (w *writer) split(ops []*op, results [][]store.Event, errs []error) {
 	if len(ops) == 1 {
 		errs[0] = w.try(ops, results)
+		failChain(ops[0], errs[0])
 		return
 	}
 	mid := len(ops) / 2
@@ -152,6 +164,15 @@ func (w *writer) split(ops []*op, results [][]store.Event, errs []error) {
 		if len(part) == 1 || w.try(part, res) != nil {
 			w.split(part, res, perr)
 		}
+	}
+}
+
+// failChain records that o failed for good (err non-nil) in its chain, so
+// its later ops fail too; the halves of a split run in order, so a later
+// op of the chain sees it.
+func failChain(o *op, err error) {
+	if err != nil && o.chain != nil {
+		o.chain.fail(err)
 	}
 }
 
@@ -199,6 +220,11 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 	}
 	for i, o := range batch {
 		results[i] = nil
+		if o.chain != nil {
+			if err := o.chain.Err(); err != nil {
+				return err // an earlier op of its chain failed
+			}
+		}
 		evs := o.events
 		if ended != nil {
 			evs = dropEnded(evs, ended)

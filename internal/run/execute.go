@@ -42,9 +42,11 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 	m.mu.Unlock()
 
 	// A root agent gets the session's root-level turns; a child only its
-	// input (it may read the transcript with its key).
+	// input (it may read the transcript with its key). A remote A2A agent
+	// is sent only the new message — its context lives on its side, by
+	// contextId — so its runs skip reading the transcript.
 	transcript := []agent.Message{j.message}
-	if run.ParentRunID == "" {
+	if run.ParentRunID == "" && ag.Protocol != store.ProtocolA2A {
 		var err error
 		if transcript, err = m.loadTranscript(ctx, run.SessionID); err != nil {
 			log.Error("load transcript", "err", err)
@@ -91,18 +93,39 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 			IfRunActive: true,
 		}
 	}
+	// The run's output and its end form a chain: the end is submitted
+	// right behind the output and may share its commit, and it cannot
+	// commit if any of the output failed (eventlog.Chain).
+	chain := &eventlog.Chain{}
 	// queue appends events unless the run has ended (a.mu held by caller).
-	queue := func(evs ...store.EventParams) error {
+	// A behind append may linger up to that long to share the commit of
+	// what follows it (queueAs).
+	queueAs := func(behind time.Duration, evs ...store.EventParams) error {
 		if a.ended {
 			return context.Canceled
 		}
 		pending.Add(1)
-		err := m.log.AppendAsync(context.Background(), onAppended, evs...)
+		var err error
+		if behind > 0 {
+			err = m.log.AppendBehindIn(context.Background(), chain, behind, onAppended, evs...)
+		} else {
+			err = m.log.AppendAsyncIn(context.Background(), chain, onAppended, evs...)
+		}
 		if err != nil {
 			pending.Done()
 			noteAppend(err)
 		}
 		return err
+	}
+	queue := func(evs ...store.EventParams) error { return queueAs(0, evs...) }
+	// A remote A2A agent's events come as the remote task's updates — its
+	// ids, its artifacts, its final state — a few hundred µs apart, the
+	// last of which ends the run: each may wait a moment (remoteLinger) for
+	// the next, so a short task's output and its end share one commit
+	// (issue 10).
+	var linger time.Duration
+	if ag.Protocol == store.ProtocolA2A {
+		linger = remoteLinger
 	}
 	partial := func(text string) store.EventParams {
 		b, _ := json.Marshal(struct {
@@ -171,7 +194,7 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 		// The run lock orders this append against Cancel: once a cancel
 		// has been queued, no delta can be queued after it.
 		a.mu.Lock()
-		err := queue(evs...)
+		err := queueAs(linger, evs...)
 		a.mu.Unlock()
 		if err == nil && agg != nil && typ == eventlog.TypeAgentStreamDelta {
 			agg.add(ev.Text) // after a.mu: the aggregator takes it to emit
@@ -230,16 +253,22 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 	if agg != nil {
 		agg.close(true) // the last partial, before the child's end
 	}
-	// Every queued append commits (or fails) before the run's end is
-	// submitted, so its outcome decides how the run ends. Waiting here, not
-	// in the same batch: a batch that fails is retried op by op, and the
-	// terminal op would then commit alone without the event that failed.
-	pending.Wait()
-	if failed := appendFailed(); failed != nil {
+	refused := func(failed error) {
 		log.Error("the event log refused the run's output", "err", failed, "deltas", deltas)
 		outcome("failed")
 		tracing.Fail(span, "platform_error")
 		m.finishFailed(run, "platform_error", "the event log could not record the agent's output; the run was stopped", began, deltas)
+	}
+	if err != nil || (res != nil && res.InputRequired != nil) {
+		// Not the common path: every queued append commits (or fails)
+		// first, so a refused output is what the run fails with.
+		pending.Wait()
+		if failed := appendFailed(); failed != nil {
+			refused(failed)
+			return
+		}
+	} else if failed := appendFailed(); failed != nil {
+		refused(failed)
 		return
 	}
 	if err != nil {
@@ -262,10 +291,21 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 		m.finishInputRequired(run, res.InputRequired, began, deltas)
 		return
 	}
-	outcome("done")
 	log.Debug("run done", "deltas", deltas, "ms", time.Since(began).Milliseconds())
-	m.finishDone(run, res, text.String(), began, deltas)
+	// The end joins the output's chain without waiting for its commit: it
+	// commits after all of it, or not at all if any of it failed.
+	if !m.finishDone(run, res, text.String(), began, deltas, chain) {
+		pending.Wait()
+		refused(chain.Err())
+		return
+	}
+	outcome("done")
 }
+
+// remoteLinger is how long a remote A2A agent's output may wait to share
+// its commit with the update that follows it: the delay it adds to that
+// output's delivery, at most.
+const remoteLinger = 2 * time.Millisecond
 
 // protocolOf names how an agent is invoked, for its invoke span.
 func protocolOf(ag *store.Agent) string {
@@ -313,7 +353,10 @@ func (m *Manager) checkOutput(bytes *int64, events *int, size int) error {
 	return nil
 }
 
-func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, began time.Time, deltas int) {
+// finishDone ends the run DONE, in chain after the run's output. It
+// reports false, having recorded nothing, when the chain failed: the
+// output was refused, and the caller fails the run.
+func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, began time.Time, deltas int, chain *eventlog.Chain) bool {
 	usage := json.RawMessage("{}")
 	if res != nil && len(res.Usage) > 0 {
 		usage = res.Usage
@@ -325,7 +368,7 @@ func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, beg
 	}
 	now := m.now()
 	var ended []*store.Run
-	_, err := m.log.Do(context.Background(), run.SessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
+	_, err := m.log.DoIn(context.Background(), chain, run.SessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
 		var evs []store.EventParams
 		var err error
 		evs, ended, err = m.EndTx(ctx, tx, run, now, End{
@@ -334,12 +377,16 @@ func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, beg
 		})
 		return evs, err
 	})
+	if err != nil && chain.Err() != nil {
+		return false
+	}
 	if err != nil {
 		m.opts.Logger.Error("record run done", "run_id", run.RunID, "session_id", run.SessionID, "err", err)
 		m.finishFailed(run, "platform_error", "could not record the run's result", began, deltas)
-		return
+		return true
 	}
 	m.countEnded(ended)
+	return true
 }
 
 // finishInputRequired ends the run INPUT_REQUIRED with the agent's
