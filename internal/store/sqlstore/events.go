@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -10,6 +11,13 @@ import (
 )
 
 const eventCols = `event_id, session_id, seq, run_id, parent_run_id, ts, type, payload`
+
+// runIndexed is events_run's condition (migration 0043): the stream's
+// deltas are left out of that index, the bulk of the log.
+const runIndexed = `type NOT IN ('agent_stream_delta', 'sub_agent_partial')`
+
+// unindexedType reports event types events_run leaves out.
+func unindexedType(t string) bool { return t == "agent_stream_delta" || t == "sub_agent_partial" }
 
 // eventInsertChunk bounds the rows of one multi-row INSERT (8 parameters
 // each) well below both databases' parameter limits.
@@ -160,22 +168,50 @@ func (q *queries) EventsList(ctx context.Context, p *store.EventsListParams) ([]
 	var query string
 	var args []any
 	switch {
+	case p.RunID != "" && p.Type != "" && !unindexedType(p.Type):
+		// Through events_run, whose condition is repeated word for word.
+		query = `SELECT ` + eventCols + ` FROM events WHERE run_id = ? AND ` + runIndexed + ` AND type = ? AND seq > ?`
+		args = []any{p.RunID, p.Type, p.AfterSeq}
+		if p.SessionID != "" {
+			query += ` AND session_id = ?`
+			args = append(args, p.SessionID)
+		}
+	case p.RunID != "":
+		// A run's deltas are not in events_run: walk its session's events
+		// from the run's first one (never a delta: run_started or the like
+		// opens every run), which events_run finds. Two statements: a bound
+		// computed inside the range one would only filter the walk.
+		session, first := p.SessionID, int64(0)
+		var at string
+		err := q.queryRow(ctx, false, `SELECT session_id, seq FROM events WHERE run_id = ? AND `+runIndexed+` ORDER BY seq LIMIT 1`, p.RunID).Scan(&at, &first)
+		switch err = mapErr(q.d, err); {
+		case errors.Is(err, store.ErrNotFound): // no indexed event: walk the whole session
+		case err != nil:
+			return nil, fmt.Errorf("list events of run %s: %w", p.RunID, err)
+		case session != "" && session != at:
+			return []store.Event{}, nil
+		default:
+			session = at
+		}
+		if session == "" {
+			return []store.Event{}, nil
+		}
+		after := max(p.AfterSeq, first-1)
+		query = `SELECT ` + eventCols + ` FROM events WHERE session_id = ? AND seq > ? AND run_id = ?`
+		args = []any{session, after, p.RunID}
+		if p.Type != "" {
+			query += ` AND type = ?`
+			args = append(args, p.Type)
+		}
 	case p.SessionID != "":
 		query = `SELECT ` + eventCols + ` FROM events WHERE session_id = ? AND seq > ?`
 		args = []any{p.SessionID, p.AfterSeq}
-		if p.RunID != "" {
-			query += ` AND run_id = ?`
-			args = append(args, p.RunID)
+		if p.Type != "" {
+			query += ` AND type = ?`
+			args = append(args, p.Type)
 		}
-	case p.RunID != "":
-		query = `SELECT ` + eventCols + ` FROM events WHERE run_id = ? AND seq > ?`
-		args = []any{p.RunID, p.AfterSeq}
 	default:
 		return nil, fmt.Errorf("list events: session or run id required")
-	}
-	if p.Type != "" {
-		query += ` AND type = ?`
-		args = append(args, p.Type)
 	}
 	query += ` ORDER BY seq LIMIT ?`
 	args = append(args, limit)
