@@ -227,7 +227,9 @@ next:
 			dropped++
 			continue
 		}
-		a = truncate(a, maxLen)
+		if maxLen >= 0 {
+			a = truncate(a, maxLen)
+		}
 		for i := range dst {
 			if dst[i].Key == a.Key {
 				dst[i] = a
@@ -243,11 +245,8 @@ next:
 	return dst, dropped
 }
 
-// truncate cuts string values to maxLen characters (maxLen < 0: no limit).
+// truncate cuts string values to maxLen characters.
 func truncate(a attribute.KeyValue, maxLen int) attribute.KeyValue {
-	if maxLen < 0 {
-		return a
-	}
 	cut := func(s string) string {
 		if len(s) <= maxLen {
 			return s
