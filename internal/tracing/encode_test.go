@@ -20,8 +20,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
 )
 
 // The hand encoding (encode.go), sent by the standard OTLP/HTTP client,
@@ -66,7 +66,7 @@ func TestEncodingMatchesOTLPProto(t *testing.T) {
 			attribute.String("empty", ""), attribute.String("long", long), attribute.StringSlice("ss", []string{"a", ""}),
 			attribute.Int64Slice("is", []int64{1, -2}), attribute.BoolSlice("bs", []bool{true, false}), attribute.Float64Slice("fs", []float64{0.25})))
 	server.SetAttributes(attribute.Int64("i", 43), attribute.String("later", "x")) // i overwritten in place
-	server.SetAttributes(attribute.KeyValue{}) // invalid: dropped
+	server.SetAttributes(attribute.KeyValue{})                                     // invalid: dropped
 	server.AddEvent("ev", trace.WithTimestamp(t0.Add(time.Millisecond)), trace.WithAttributes(attribute.String("k", "v")))
 	server.RecordError(errors.New("boom"), trace.WithTimestamp(t0.Add(2*time.Millisecond)))
 	server.SetStatus(codes.Ok, "ignored for Ok")
@@ -97,9 +97,15 @@ func TestEncodingMatchesOTLPProto(t *testing.T) {
 	str := func(k, v string) *commonpb.KeyValue {
 		return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v}}}
 	}
-	anyInt := func(v int64) *commonpb.AnyValue { return &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: v}} }
-	anyBool := func(v bool) *commonpb.AnyValue { return &commonpb.AnyValue{Value: &commonpb.AnyValue_BoolValue{BoolValue: v}} }
-	anyStr := func(v string) *commonpb.AnyValue { return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v}} }
+	anyInt := func(v int64) *commonpb.AnyValue {
+		return &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: v}}
+	}
+	anyBool := func(v bool) *commonpb.AnyValue {
+		return &commonpb.AnyValue{Value: &commonpb.AnyValue_BoolValue{BoolValue: v}}
+	}
+	anyStr := func(v string) *commonpb.AnyValue {
+		return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v}}
+	}
 	anyArr := func(vs ...*commonpb.AnyValue) *commonpb.AnyValue {
 		return &commonpb.AnyValue{Value: &commonpb.AnyValue_ArrayValue{ArrayValue: &commonpb.ArrayValue{Values: vs}}}
 	}
@@ -116,7 +122,7 @@ func TestEncodingMatchesOTLPProto(t *testing.T) {
 			Spans: []*tracepb.Span{{
 				TraceId: ctid, SpanId: csid, ParentSpanId: ssid, Name: "client", Kind: tracepb.Span_SPAN_KIND_CLIENT,
 				StartTimeUnixNano: ns(time.Microsecond), EndTimeUnixNano: ns(3 * time.Millisecond),
-				Links: []*tracepb.Span_Link{{TraceId: stid, SpanId: ssid, Attributes: []*commonpb.KeyValue{str("l", "1")}, Flags: 0x101}},
+				Links:  []*tracepb.Span_Link{{TraceId: stid, SpanId: ssid, Attributes: []*commonpb.KeyValue{str("l", "1")}, Flags: 0x101}},
 				Status: &tracepb.Status{Code: tracepb.Status_STATUS_CODE_ERROR, Message: "tool_error"}, Flags: 0x101,
 			}, {
 				TraceId: stid, SpanId: ssid, ParentSpanId: parent, Name: "server", Kind: tracepb.Span_SPAN_KIND_SERVER,
