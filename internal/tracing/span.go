@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -30,6 +31,8 @@ type provider struct {
 	limits   sdktrace.SpanLimits
 	resource *resource.Resource
 	bsp      *batcher
+	// shut: after shutdown spans record nothing, as the SDK's.
+	shut atomic.Bool
 
 	mu      sync.Mutex
 	tracers map[scopeKey]*otelTracer
@@ -98,7 +101,7 @@ func (t *otelTracer) start(ctx context.Context, name string, kind trace.SpanKind
 		cfg.TraceFlags |= trace.FlagsSampled
 	}
 	sc := trace.NewSpanContext(cfg)
-	if res.Decision == sdktrace.Drop {
+	if res.Decision == sdktrace.Drop || t.p.shut.Load() {
 		s := &idSpan{sc: sc}
 		return trace.ContextWithSpan(ctx, s), s
 	}

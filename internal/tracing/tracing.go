@@ -96,6 +96,7 @@ func Setup(ctx context.Context, getenv func(string) string) (shutdown func(conte
 		enabled.Store(false)
 		var it trace.Tracer = idTracer{}
 		tracer.Store(&it)
+		p.shut.Store(true)
 		return p.bsp.Shutdown(ctx)
 	}, nil
 }
