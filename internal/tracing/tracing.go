@@ -9,6 +9,7 @@ package tracing
 import (
 	"context"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -158,3 +159,15 @@ func Fail(span trace.Span, desc string) {
 
 // otelHandle reports an export error the way the SDK's processor does.
 func otelHandle(err error) { otel.Handle(err) }
+
+// SetAttributes sets kv on span. Called with the span agentplane's
+// tracer made, kv does not escape, so the caller's variadic slice stays
+// on its stack (span.SetAttributes, an interface call, moves it to the
+// heap every time).
+func SetAttributes(s trace.Span, kv ...attribute.KeyValue) {
+	if ls, ok := s.(*span); ok {
+		ls.SetAttributes(kv...)
+	} else if s.IsRecording() {
+		s.SetAttributes(slices.Clone(kv)...)
+	}
+}
