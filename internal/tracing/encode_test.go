@@ -2,11 +2,13 @@ package tracing
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -166,4 +168,47 @@ func parentTrace(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return tid[:]
+}
+
+// With OTEL_EXPORTER_OTLP_PROTOCOL=http/json the client sends JSON,
+// where a raw-bytes ResourceSpans would vanish: the spans still arrive.
+func TestExportsHTTPJSON(t *testing.T) {
+	var got struct {
+		ResourceSpans []struct {
+			ScopeSpans []struct {
+				Spans []struct {
+					Name, TraceID, ParentSpanID string
+				}
+			}
+		}
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("content type %q", r.Header.Get("Content-Type"))
+		}
+		if err := json.NewDecoder(r.Body).Decode(&got); err != nil {
+			t.Error(err)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, "{}")
+	}))
+	defer srv.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+	shutdown, err := Setup(context.Background(), env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": srv.URL}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, s := Start(WithTraceparent(context.Background(), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), "json-span", trace.SpanKindClient)
+	s.End()
+	if err := shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.ResourceSpans) != 1 || len(got.ResourceSpans[0].ScopeSpans) != 1 || len(got.ResourceSpans[0].ScopeSpans[0].Spans) != 1 {
+		t.Fatalf("received %+v", got)
+	}
+	sp := got.ResourceSpans[0].ScopeSpans[0].Spans[0]
+	if sp.Name != "json-span" || !strings.EqualFold(sp.TraceID, "0af7651916cd43dd8448eb211c80319c") || !strings.EqualFold(sp.ParentSpanID, "b7ad6b7169203331") {
+		t.Fatalf("span %+v", sp)
+	}
 }
