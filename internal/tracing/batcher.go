@@ -101,7 +101,9 @@ func (b *batcher) export(ctx context.Context, all bool) error {
 		}
 		batch := make([]*span, n)
 		copy(batch, b.buf)
-		b.buf = append(b.buf[:0], b.buf[n:]...)
+		rest := copy(b.buf, b.buf[n:])
+		clear(b.buf[rest:]) // no stale references keep exported spans alive
+		b.buf = b.buf[:rest]
 		b.mu.Unlock()
 		ectx, cancel := context.WithTimeout(ctx, b.timeout)
 		err := b.exp.export(ectx, batch)
