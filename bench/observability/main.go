@@ -17,7 +17,7 @@
 // "baseline", a binary built without tracing, when -baseline-bin is given
 // (what "0 when disabled" is measured against).
 //
-//	go run ./bench/observability [-rounds 3] [-duration 8s] [-baseline-bin PATH]
+//	go run ./bench/observability [-rounds 3] [-duration 8s] [-baseline-bin PATH [-baseline-traced]] [-workloads proxy,delivery]
 package main
 
 import (
@@ -50,7 +50,9 @@ type config struct {
 	deltas     int
 	scrapeEach time.Duration
 	baseline   string
+	baseTraced bool
 	sampled    string
+	workloads  string
 }
 
 // target is one platform process.
@@ -79,6 +81,8 @@ func main() {
 	flag.IntVar(&cfg.deltas, "deltas", 20, "deltas each run's agent streams")
 	flag.DurationVar(&cfg.scrapeEach, "scrape-every", time.Second, "GET /metrics period of the scraped target")
 	flag.StringVar(&cfg.baseline, "baseline-bin", "", "an agentplane binary built without tracing (e.g. from the commit before it): measured as target \"baseline\", configured as \"off\", and the reference of the ratios")
+	flag.BoolVar(&cfg.baseTraced, "baseline-traced", false, "with -baseline-bin, also measure target \"base-traced\": the baseline binary exporting every span, as \"traced\" does (compares two builds' tracing)")
+	flag.StringVar(&cfg.workloads, "workloads", "proxy,delivery", "the workloads to run, comma-separated")
 	flag.StringVar(&cfg.sampled, "sampled", "", "also measure target \"sampled\": traced with OTEL_TRACES_SAMPLER=parentbased_traceidratio and this OTEL_TRACES_SAMPLER_ARG (e.g. 0.1)")
 	flag.Parse()
 	if err := run(cfg); err != nil {
@@ -139,6 +143,9 @@ func run(cfg config) error {
 		specs = append(specs, spec{"sampled", bin, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + otlpURL, "OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=" + cfg.sampled}, false})
 	}
 	if cfg.baseline != "" {
+		if cfg.baseTraced {
+			specs = append(specs, spec{"base-traced", cfg.baseline, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + otlpURL}, false})
+		}
 		specs = append([]spec{{"baseline", cfg.baseline, nil, false}}, specs...)
 	}
 	for _, t := range specs {
@@ -155,10 +162,16 @@ func run(cfg config) error {
 		targets = append(targets, &target{name: t.name, proc: p, key: key, scrape: t.scrape})
 	}
 
-	workloads := []struct {
+	type workload struct {
 		name string
 		fn   func(cfg config, t *target, stop <-chan struct{}) *result
-	}{{"proxy", proxyLoad}, {"delivery", deliveryLoad}}
+	}
+	var workloads []workload
+	for _, w := range []workload{{"proxy", proxyLoad}, {"delivery", deliveryLoad}} {
+		if slices.Contains(strings.Split(cfg.workloads, ","), w.name) {
+			workloads = append(workloads, w)
+		}
+	}
 	results := map[string]map[string]*result{}
 	loads := []string{}
 	fmt.Printf("observability overhead: %d rounds × %s per target and workload; load average %s at start\n", cfg.rounds, cfg.duration, benchproc.LoadAvg())

@@ -128,7 +128,7 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep *endpoint) 
 	ctx, span := tracing.Start(parent, op+" "+c.model, trace.SpanKindClient)
 	c.span = span
 	if span.IsRecording() {
-		span.SetAttributes(attribute.String("gen_ai.operation.name", op), attribute.String("gen_ai.request.model", c.model),
+		tracing.SetAttributes(span, attribute.String("gen_ai.operation.name", op), attribute.String("gen_ai.request.model", c.model),
 			tracing.RunID.String(caller.RunID), tracing.SessionID.String(caller.SessionID), tracing.AgentID.String(caller.AgentID),
 			attribute.String("agentplane.llm_call_id", c.id), attribute.Bool("agentplane.stream", c.stream))
 	}
@@ -463,14 +463,14 @@ func (c *call) finish() {
 	if c.span.IsRecording() {
 		// Only what a trace viewer needs beyond llm_call_done: every
 		// attribute costs the exporter (BENCHMARKS.md, observability).
-		c.span.SetAttributes(attribute.String("gen_ai.response.model", c.upstreamModel), tracing.Outcome.String(c.outcome),
+		tracing.SetAttributes(c.span, attribute.String("gen_ai.response.model", c.upstreamModel), tracing.Outcome.String(c.outcome),
 			attribute.Int("http.response.status_code", c.status), attribute.String("agentplane.upstream", c.upstream),
 			attribute.Int64("gen_ai.usage.input_tokens", c.usage.PromptTokens), attribute.Int64("gen_ai.usage.output_tokens", c.usage.CompletionTokens))
 		if c.usage.CachedTokens > 0 || c.usage.ReasoningTokens > 0 {
-			c.span.SetAttributes(attribute.Int64("agentplane.usage.cached_tokens", c.usage.CachedTokens), attribute.Int64("agentplane.usage.reasoning_tokens", c.usage.ReasoningTokens))
+			tracing.SetAttributes(c.span, attribute.Int64("agentplane.usage.cached_tokens", c.usage.CachedTokens), attribute.Int64("agentplane.usage.reasoning_tokens", c.usage.ReasoningTokens))
 		}
 		if c.attempts > 1 {
-			c.span.SetAttributes(attribute.Int("agentplane.attempts", c.attempts))
+			tracing.SetAttributes(c.span, attribute.Int("agentplane.attempts", c.attempts))
 		}
 		if c.err != nil {
 			tracing.Fail(c.span, c.err.Code)

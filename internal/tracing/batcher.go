@@ -5,26 +5,25 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
-// batcher is a span processor like the SDK's batch processor, except that
+// batcher batches ended spans like the SDK's batch processor, except that
 // ending a span only appends it to a slice under a mutex: the exporting
 // goroutine wakes on its timer or when a batch is full, not once per span.
 // The SDK's processor hands every span over a channel, which wakes its
 // parked goroutine for each one; at the proxy's rate of small calls those
 // wake-ups cost more CPU than the span itself (BENCHMARKS.md,
 // observability). It reads the standard OTEL_BSP_SCHEDULE_DELAY (ms),
-// OTEL_BSP_MAX_QUEUE_SIZE and OTEL_BSP_MAX_EXPORT_BATCH_SIZE; spans past
+// OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_MAX_EXPORT_BATCH_SIZE and
+// OTEL_BSP_EXPORT_TIMEOUT (ms); spans past
 // the queue's size are dropped, as the SDK's are.
 type batcher struct {
-	exp              sdktrace.SpanExporter
-	delay            time.Duration
+	exp              spanExporter
+	delay, timeout   time.Duration
 	maxQueue, maxOut int
 
 	mu   sync.Mutex
-	buf  []sdktrace.ReadOnlySpan
+	buf  []*span
 	kick chan struct{}
 	stop chan struct{}
 	done chan struct{}
@@ -33,7 +32,13 @@ type batcher struct {
 	exporting sync.Mutex
 }
 
-func newBatcher(exp sdktrace.SpanExporter, getenv func(string) string) *batcher {
+// spanExporter sends a batch of ended spans.
+type spanExporter interface {
+	export(ctx context.Context, spans []*span) error
+	shutdown(ctx context.Context) error
+}
+
+func newBatcher(exp spanExporter, getenv func(string) string) *batcher {
 	num := func(k string, def int) int {
 		if n, err := strconv.Atoi(getenv(k)); err == nil && n > 0 {
 			return n
@@ -41,6 +46,7 @@ func newBatcher(exp sdktrace.SpanExporter, getenv func(string) string) *batcher 
 		return def
 	}
 	b := &batcher{exp: exp, delay: time.Duration(num("OTEL_BSP_SCHEDULE_DELAY", 5000)) * time.Millisecond,
+		timeout:  time.Duration(num("OTEL_BSP_EXPORT_TIMEOUT", 30000)) * time.Millisecond,
 		maxQueue: num("OTEL_BSP_MAX_QUEUE_SIZE", 2048), maxOut: num("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	b.maxOut = min(b.maxOut, b.maxQueue)
@@ -48,12 +54,8 @@ func newBatcher(exp sdktrace.SpanExporter, getenv func(string) string) *batcher 
 	return b
 }
 
-func (b *batcher) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-
-func (b *batcher) OnEnd(s sdktrace.ReadOnlySpan) {
-	if !s.SpanContext().IsSampled() {
-		return
-	}
+// add queues an ended, sampled span.
+func (b *batcher) add(s *span) {
 	b.mu.Lock()
 	if len(b.buf) < b.maxQueue {
 		b.buf = append(b.buf, s)
@@ -97,12 +99,14 @@ func (b *batcher) export(ctx context.Context, all bool) error {
 			b.mu.Unlock()
 			return nil
 		}
-		batch := make([]sdktrace.ReadOnlySpan, n)
+		batch := make([]*span, n)
 		copy(batch, b.buf)
-		b.buf = append(b.buf[:0], b.buf[n:]...)
+		rest := copy(b.buf, b.buf[n:])
+		clear(b.buf[rest:]) // no stale references keep exported spans alive
+		b.buf = b.buf[:rest]
 		b.mu.Unlock()
-		ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := b.exp.ExportSpans(ectx, batch)
+		ectx, cancel := context.WithTimeout(ctx, b.timeout)
+		err := b.exp.export(ectx, batch)
 		cancel()
 		if err != nil {
 			otelHandle(err)
@@ -121,7 +125,7 @@ func (b *batcher) Shutdown(ctx context.Context) error {
 		close(b.stop)
 		<-b.done
 		err = b.export(ctx, true)
-		if e := b.exp.Shutdown(ctx); err == nil {
+		if e := b.exp.shutdown(ctx); err == nil {
 			err = e
 		}
 	})

@@ -6,18 +6,25 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
+
+// newTestProvider is a provider exporting to exp, as Setup builds one.
+func newTestProvider(exp spanExporter, getenv func(string) string) *provider {
+	p := &provider{sampler: samplerFromEnv(getenv), limits: sdktrace.NewSpanLimits(), resource: resource.Default(), tracers: map[scopeKey]*otelTracer{}}
+	p.bsp = newBatcher(exp, getenv)
+	return p
+}
 
 // A full batch is exported at once, without waiting for the timer; what
 // is left goes at shutdown; past the queue's size spans are dropped.
 func TestBatcher(t *testing.T) {
 	exp := &countingExporter{}
-	b := newBatcher(exp, func(k string) string {
+	p := newTestProvider(exp, func(k string) string {
 		return map[string]string{"OTEL_BSP_SCHEDULE_DELAY": "3600000", "OTEL_BSP_MAX_QUEUE_SIZE": "10", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "4"}[k]
 	})
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(b))
-	tr := tp.Tracer("t")
+	b, tr := p.bsp, p.Tracer("t")
 	for range 4 {
 		_, s := tr.Start(context.Background(), "s")
 		s.End()
@@ -34,32 +41,40 @@ func TestBatcher(t *testing.T) {
 		s.End()
 	}
 	b.exporting.Unlock()
-	if err := tp.Shutdown(context.Background()); err != nil {
+	if err := b.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(exp.GetSpans()); n != 4+10 {
 		t.Fatalf("exported %d spans, want 14 (3 dropped at the full queue)", n)
 	}
+	if !exp.shut {
+		t.Fatal("exporter not shut down")
+	}
 }
 
-// countingExporter keeps what it was sent (the SDK's in-memory exporter
-// forgets it at shutdown).
+// countingExporter keeps what it was sent.
 type countingExporter struct {
 	mu    sync.Mutex
-	spans []sdktrace.ReadOnlySpan
+	spans []*span
+	shut  bool
 }
 
-func (e *countingExporter) ExportSpans(_ context.Context, s []sdktrace.ReadOnlySpan) error {
+func (e *countingExporter) export(_ context.Context, s []*span) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.spans = append(e.spans, s...)
 	return nil
 }
 
-func (e *countingExporter) Shutdown(context.Context) error { return nil }
-
-func (e *countingExporter) GetSpans() []sdktrace.ReadOnlySpan {
+func (e *countingExporter) shutdown(context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]sdktrace.ReadOnlySpan(nil), e.spans...)
+	e.shut = true
+	return nil
+}
+
+func (e *countingExporter) GetSpans() []*span {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]*span(nil), e.spans...)
 }

@@ -19,14 +19,14 @@ import (
 func llmSpan(ctx context.Context) {
 	ctx, span := Start(ctx, "chat fake-gpt", trace.SpanKindClient)
 	if span.IsRecording() {
-		span.SetAttributes(attribute.String("gen_ai.operation.name", "chat"), attribute.String("gen_ai.request.model", "fake-gpt"),
+		SetAttributes(span, attribute.String("gen_ai.operation.name", "chat"), attribute.String("gen_ai.request.model", "fake-gpt"),
 			RunID.String("run_01a20e4c87e8748c8b5ad0ce7f295dae"), SessionID.String("ses_01a20e4c87e87477a76e2431ad4e5550"), AgentID.String("bench"),
 			attribute.String("agentplane.llm_call_id", "llm_01a20e4c87e8748c8b5ad0ce7f295dae"), attribute.Bool("agentplane.stream", true))
 	}
 	h := http.Header{}
 	Inject(ctx, h)
 	if span.IsRecording() {
-		span.SetAttributes(attribute.String("gen_ai.response.model", "fake-gpt"), Outcome.String("ok"), attribute.Int("http.response.status_code", 200),
+		SetAttributes(span, attribute.String("gen_ai.response.model", "fake-gpt"), Outcome.String("ok"), attribute.Int("http.response.status_code", 200),
 			attribute.String("agentplane.upstream", "default"), attribute.Int64("gen_ai.usage.input_tokens", 12), attribute.Int64("gen_ai.usage.output_tokens", 40))
 	}
 	span.End()

@@ -8,9 +8,12 @@ package tracing
 
 import (
 	"context"
-	"errors"
 	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -60,14 +63,16 @@ func Exporting(getenv func(string) string) bool {
 
 // Setup installs the process's tracer provider. With no OTLP endpoint in
 // getenv it creates no exporter and returns a no-op shutdown. Otherwise
-// spans are batched and sent over OTLP/HTTP (the exporter reads the other
-// standard OTEL_EXPORTER_OTLP_* variables itself); shutdown flushes them.
+// spans are batched (OTEL_BSP_*) and sent over OTLP/HTTP (the standard
+// client reads the other OTEL_EXPORTER_OTLP_* variables itself), sampled
+// as OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG say, within the
+// OTEL_SPAN_*_LIMIT limits; shutdown flushes them.
 func Setup(ctx context.Context, getenv func(string) string) (shutdown func(context.Context) error, err error) {
 	if !Exporting(getenv) {
 		return func(context.Context) error { return nil }, nil
 	}
-	exp, err := otlptracehttp.New(ctx)
-	if err != nil {
+	client := otlptracehttp.NewClient()
+	if err := client.Start(ctx); err != nil {
 		return nil, err
 	}
 	name := getenv("OTEL_SERVICE_NAME")
@@ -82,28 +87,59 @@ func Setup(ctx context.Context, getenv func(string) string) (shutdown func(conte
 	if err != nil {
 		res = resource.Default()
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(newBatcher(exp, getenv)), sdktrace.WithResource(res))
-	otel.SetTracerProvider(tp)
-	t := tp.Tracer("github.com/agentplane/agentplane")
+	p := &provider{sampler: samplerFromEnv(getenv), limits: sdktrace.NewSpanLimits(), resource: res, tracers: map[scopeKey]*otelTracer{}}
+	p.bsp = newBatcher(newOTLPExporter(client, p), getenv)
+	otel.SetTracerProvider(p)
+	t := p.Tracer("github.com/agentplane/agentplane")
 	tracer.Store(&t)
 	enabled.Store(true)
 	return func(ctx context.Context) error {
 		enabled.Store(false)
 		var it trace.Tracer = idTracer{}
 		tracer.Store(&it)
-		return errors.Join(tp.ForceFlush(ctx), tp.Shutdown(ctx))
+		p.shut.Store(true)
+		return p.bsp.Shutdown(ctx)
 	}, nil
+}
+
+// samplerFromEnv is the sampler OTEL_TRACES_SAMPLER names (the SDK's
+// default, parentbased_always_on, when it names none it knows), with
+// OTEL_TRACES_SAMPLER_ARG the ratio of the traceidratio ones (default 1).
+func samplerFromEnv(getenv func(string) string) sdktrace.Sampler {
+	ratio := func() float64 {
+		r, err := strconv.ParseFloat(strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER_ARG")), 64)
+		if err != nil || r < 0 || r > 1 {
+			return 1
+		}
+		return r
+	}
+	switch strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER"))) {
+	case "always_on":
+		return sdktrace.AlwaysSample()
+	case "always_off":
+		return sdktrace.NeverSample()
+	case "traceidratio":
+		return sdktrace.TraceIDRatioBased(ratio())
+	case "parentbased_always_off":
+		return sdktrace.ParentBased(sdktrace.NeverSample())
+	case "parentbased_traceidratio":
+		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio()))
+	}
+	return sdktrace.ParentBased(sdktrace.AlwaysSample())
 }
 
 // Start starts a span named name as a child of ctx's span (a local span or
 // a remote parent from a traceparent), or a new trace.
 func Start(ctx context.Context, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	t := *tracer.Load()
-	if _, ok := t.(idTracer); ok {
+	switch t := (*tracer.Load()).(type) {
+	case idTracer:
 		// Nothing exported: no options to build, the span needs ids only.
 		return idStart(ctx, trace.SpanContextFromContext(ctx))
+	case *otelTracer:
+		return t.start(ctx, name, kind, attrs, nil, false, time.Time{})
+	default:
+		return t.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
 	}
-	return t.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
 }
 
 // End ends span, marking it failed when err is not nil.
@@ -123,3 +159,15 @@ func Fail(span trace.Span, desc string) {
 
 // otelHandle reports an export error the way the SDK's processor does.
 func otelHandle(err error) { otel.Handle(err) }
+
+// SetAttributes sets kv on span. Called with the span agentplane's
+// tracer made, kv does not escape, so the caller's variadic slice stays
+// on its stack (span.SetAttributes, an interface call, moves it to the
+// heap every time).
+func SetAttributes(s trace.Span, kv ...attribute.KeyValue) {
+	if ls, ok := s.(*span); ok {
+		ls.SetAttributes(kv...)
+	} else if s.IsRecording() {
+		s.SetAttributes(slices.Clone(kv)...)
+	}
+}
