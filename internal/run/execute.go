@@ -259,9 +259,9 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 		tracing.Fail(span, "platform_error")
 		m.finishFailed(run, "platform_error", "the event log could not record the agent's output; the run was stopped", began, deltas)
 	}
-	if err != nil || (res != nil && res.InputRequired != nil) {
-		// Not the common path: every queued append commits (or fails)
-		// first, so a refused output is what the run fails with.
+	if err != nil {
+		// Every queued append commits (or fails) first, so a refused
+		// output is what the run fails with.
 		pending.Wait()
 		if failed := appendFailed(); failed != nil {
 			refused(failed)
@@ -286,14 +286,18 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 		m.finishFailed(run, code, msg, began, deltas)
 		return
 	}
+	// The end joins the output's chain without waiting for its commit: it
+	// commits after all of it, or not at all if any of it failed.
 	if res != nil && res.InputRequired != nil {
+		if !m.finishInputRequired(run, res.InputRequired, began, deltas, chain) {
+			pending.Wait()
+			refused(chain.Err())
+			return
+		}
 		outcome("input_required")
-		m.finishInputRequired(run, res.InputRequired, began, deltas)
 		return
 	}
 	log.Debug("run done", "deltas", deltas, "ms", time.Since(began).Milliseconds())
-	// The end joins the output's chain without waiting for its commit: it
-	// commits after all of it, or not at all if any of it failed.
 	if !m.finishDone(run, res, text.String(), began, deltas, chain) {
 		pending.Wait()
 		refused(chain.Err())
@@ -393,7 +397,10 @@ func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, beg
 // question (DESIGN §12): in one transaction the guarded transition, the
 // cascade of a run's end, the question as the agent's transcript row and
 // the input_required event.
-func (m *Manager) finishInputRequired(run *store.Run, q *agent.InputRequest, began time.Time, deltas int) {
+//
+// Like finishDone it commits in chain after the run's output, and reports
+// false, having recorded nothing, when the output was refused.
+func (m *Manager) finishInputRequired(run *store.Run, q *agent.InputRequest, began time.Time, deltas int, chain *eventlog.Chain) bool {
 	if m.opts.Quiesce != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		m.opts.Quiesce(ctx, run.RunID)
@@ -401,7 +408,7 @@ func (m *Manager) finishInputRequired(run *store.Run, q *agent.InputRequest, beg
 	}
 	now := m.now()
 	var ended []*store.Run
-	_, err := m.log.Do(context.Background(), run.SessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
+	_, err := m.log.DoIn(context.Background(), chain, run.SessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
 		var evs []store.EventParams
 		var err error
 		evs, ended, err = m.EndTx(ctx, tx, run, now, End{
@@ -410,12 +417,16 @@ func (m *Manager) finishInputRequired(run *store.Run, q *agent.InputRequest, beg
 		})
 		return evs, err
 	})
+	if err != nil && chain.Err() != nil {
+		return false
+	}
 	if err != nil {
 		m.opts.Logger.Error("record run input required", "run_id", run.RunID, "session_id", run.SessionID, "err", err)
 		m.finishFailed(run, "platform_error", "could not record the agent's question", began, deltas)
-		return
+		return true
 	}
 	m.countEnded(ended)
+	return true
 }
 
 // finishFailed moves an active run to FAILED with code. A run that already

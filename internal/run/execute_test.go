@@ -137,18 +137,23 @@ func errorCode(r *store.Run) string {
 	return e.Code
 }
 
-// A store error on the agent's last delta or state — right before `done` —
-// fails the run with platform_error. It used to be noticed only at the next
-// event, so the done path committed DONE with the event missing.
+// A store error on the agent's last delta or state — right before `done`
+// or `input_required` — fails the run with platform_error. It used to be
+// noticed only at the next event, so the done path committed DONE with the
+// event missing; now the end is submitted in the output's chain, right
+// behind it, and must not commit without it.
 func TestAppendErrorBeforeDoneFailsTheRun(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, dialect string) {
-		for name, last := range map[string]string{
-			"delta": "event: delta\ndata: {\"text\":\"POISON\"}\n\n",
-			"state": "event: state\ndata: {\"state\":\"POISON\",\"detail\":{}}\n\n",
+		done := "event: done\ndata: {}\n\n"
+		asks := "event: input_required\ndata: {\"question\":\"Which city?\"}\n\n"
+		for name, tail := range map[string][]string{
+			"delta":                 {"event: delta\ndata: {\"text\":\"POISON\"}\n\n", done},
+			"state":                 {"event: state\ndata: {\"state\":\"POISON\",\"detail\":{}}\n\n", done},
+			"delta before question": {"event: delta\ndata: {\"text\":\"POISON\"}\n\n", asks},
 		} {
 			t.Run(name, func(t *testing.T) {
 				st := &refusingStore{Store: testdb.Open(t, dialect), marker: []byte("POISON")}
-				ag := sseAgent(t, "event: delta\ndata: {\"text\":\"fine \"}\n\n", last, "event: done\ndata: {}\n\n")
+				ag := sseAgent(t, append([]string{"event: delta\ndata: {\"text\":\"fine \"}\n\n"}, tail...)...)
 				m := newTestManager(t, st, Options{}, "a", ag.URL)
 				started, err := m.StartRun(context.Background(), StartParams{UserID: "u", AgentID: "a", Message: agent.Message{Role: "user", Content: "hi"}})
 				if err != nil {
@@ -161,8 +166,8 @@ func TestAppendErrorBeforeDoneFailsTheRun(t *testing.T) {
 				var types []string
 				for _, e := range runEvents(t, st, r.RunID) {
 					types = append(types, e.Type)
-					if e.Type == eventlog.TypeRunDone {
-						t.Fatalf("run_done recorded for a run whose output was not: %s", e.Payload)
+					if e.Type == eventlog.TypeRunDone || e.Type == eventlog.TypeInputRequired {
+						t.Fatalf("%s recorded for a run whose output was not: %s", e.Type, e.Payload)
 					}
 				}
 				if types[len(types)-1] != eventlog.TypeRunFailed {
