@@ -215,6 +215,12 @@ func (st *step) syncRun(c *store.ToolCall, extra map[string]any) error {
 	if store.RunIsTerminal(st.run.Status) {
 		return nil
 	}
+	if st.run.Status == store.RunRunning && !pauses(c) {
+		// A run is RUNNING only while none of its calls pauses it (every
+		// change of a call's state comes here, under the run's row lock),
+		// and c does not: nothing can change, no need to list the calls.
+		return nil
+	}
 	calls, err := st.q.ToolCallListActiveByRun(st.ctx, st.run.RunID)
 	if err != nil {
 		return err
@@ -225,7 +231,7 @@ func (st *step) syncRun(c *store.ToolCall, extra map[string]any) error {
 			want = store.RunPausedWaitingApproval
 			break
 		}
-		if a.Kind == store.ToolKindClient && (a.Status == store.ToolCallWaitingClient || a.Status == store.ToolCallDispatched) {
+		if pauses(a) {
 			want = store.RunPausedWaitingTool
 		}
 	}
@@ -246,6 +252,13 @@ func (st *step) syncRun(c *store.ToolCall, extra map[string]any) error {
 	}
 	st.event(eventlog.TypeState, map[string]any{"state": want, "detail": detail, "source": eventlog.StateSourcePlatform})
 	return nil
+}
+
+// pauses reports whether call c, in its state, pauses its run: it waits
+// for an approval, or for the client that runs it.
+func pauses(c *store.ToolCall) bool {
+	return c.Status == store.ToolCallWaitingApproval ||
+		(c.Kind == store.ToolKindClient && (c.Status == store.ToolCallWaitingClient || c.Status == store.ToolCallDispatched))
 }
 
 // failRun fails the run because call c failed (on_failure: fail_run). The
