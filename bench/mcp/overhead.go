@@ -108,8 +108,8 @@ func overheadMain(args []string) error {
 	if len(bins) > 1 {
 		build, sep = "build | ", "---|"
 	}
-	fmt.Println("| " + build + "store | phase | calls | MCP direct p50 / p99 | MCP via agentplane p50 / p99 | **MCP added p50 / p99** | native direct p50 / p99 | native via agentplane p50 / p99 | native added p50 / p99 |")
-	fmt.Println("|" + sep + "---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| " + build + "store | phase | calls | MCP direct p50 / p99 | MCP via agentplane p50 / p99 | **MCP added p50 / p99** | native direct p50 / p99 | native via agentplane p50 / p99 | native added p50 / p99 | added mean MCP / native |")
+	fmt.Println("|" + sep + "---|---|---|---|---|---|---|---|---|---|")
 	for _, k := range order {
 		var p [kinds]pct
 		for i := range kinds {
@@ -118,11 +118,12 @@ func overheadMain(args []string) error {
 		if build != "" {
 			fmt.Printf("| %s ", k.bin)
 		}
-		fmt.Printf("| %s | %s | %d | %s / %s | %s / %s | **%s / %s** | %s / %s | %s / %s | %s / %s |\n", k.store, k.phase, p[mcpInvoke].n,
+		fmt.Printf("| %s | %s | %d | %s / %s | %s / %s | **%s / %s** | %s / %s | %s / %s | %s / %s | %s / %s |\n", k.store, k.phase, p[mcpInvoke].n,
 			ms(p[mcpDirect].p50), ms(p[mcpDirect].p99), ms(p[mcpInvoke].p50), ms(p[mcpInvoke].p99),
 			ms(p[mcpInvoke].p50-p[mcpDirect].p50), ms(p[mcpInvoke].p99-p[mcpDirect].p99),
 			ms(p[httpDirect].p50), ms(p[httpDirect].p99), ms(p[httpInvoke].p50), ms(p[httpInvoke].p99),
-			ms(p[httpInvoke].p50-p[httpDirect].p50), ms(p[httpInvoke].p99-p[httpDirect].p99))
+			ms(p[httpInvoke].p50-p[httpDirect].p50), ms(p[httpInvoke].p99-p[httpDirect].p99),
+			ms(p[mcpInvoke].mean-p[mcpDirect].mean), ms(p[httpInvoke].mean-p[httpDirect].mean))
 	}
 	fmt.Println()
 	return nil
@@ -234,9 +235,9 @@ func overheadRound(store, label, bin, dir, pg string, round, n, conc, concN, war
 			fmt.Printf("%-36s %s\n", kindNames[k]+":", p[k])
 		}
 		fmt.Println(wire)
-		fmt.Printf("added by agentplane: MCP p50 %s / p99 %s ms; native p50 %s / p99 %s ms\n\n",
-			ms(p[mcpInvoke].p50-p[mcpDirect].p50), ms(p[mcpInvoke].p99-p[mcpDirect].p99),
-			ms(p[httpInvoke].p50-p[httpDirect].p50), ms(p[httpInvoke].p99-p[httpDirect].p99))
+		fmt.Printf("added by agentplane: MCP p50 %s / p99 %s / mean %s ms; native p50 %s / p99 %s / mean %s ms\n\n",
+			ms(p[mcpInvoke].p50-p[mcpDirect].p50), ms(p[mcpInvoke].p99-p[mcpDirect].p99), ms(p[mcpInvoke].mean-p[mcpDirect].mean),
+			ms(p[httpInvoke].p50-p[httpDirect].p50), ms(p[httpInvoke].p99-p[httpDirect].p99), ms(p[httpInvoke].mean-p[httpDirect].mean))
 	}
 
 	seq := &[kinds][]time.Duration{}
@@ -304,6 +305,7 @@ func (r *roundResult) add(phase string, lat *[kinds][]time.Duration) {
 type pct struct {
 	n                  int
 	p50, p90, p99, max time.Duration
+	mean               time.Duration
 }
 
 // percentiles of s (sorted in place), nearest rank.
@@ -316,11 +318,15 @@ func percentiles(s []time.Duration) pct {
 		i := int(q*float64(len(s))+0.5) - 1
 		return s[min(max(i, 0), len(s)-1)]
 	}
-	return pct{len(s), at(0.50), at(0.90), at(0.99), s[len(s)-1]}
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	return pct{len(s), at(0.50), at(0.90), at(0.99), s[len(s)-1], sum / time.Duration(len(s))}
 }
 
 func ms(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 2, 64) }
 
 func (p pct) String() string {
-	return fmt.Sprintf("n=%d p50 %s p90 %s p99 %s max %s ms", p.n, ms(p.p50), ms(p.p90), ms(p.p99), ms(p.max))
+	return fmt.Sprintf("n=%d p50 %s p90 %s p99 %s max %s mean %s ms", p.n, ms(p.p50), ms(p.p90), ms(p.p99), ms(p.max), ms(p.mean))
 }
