@@ -69,7 +69,10 @@ func (t *tools) wire() wireCount {
 	return w
 }
 
-func startTools() (*tools, error) {
+// startTools starts the tool servers; jsonResponse makes the MCP server
+// answer a tools/call with an application/json body instead of an event
+// stream (StreamableHTTPOptions.JSONResponse).
+func startTools(jsonResponse bool) (*tools, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -81,7 +84,7 @@ func startTools() (*tools, error) {
 		return nil, map[string]any{"ok": true, "echo": in}, nil
 	})
 	mux := http.NewServeMux()
-	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{JSONResponse: jsonResponse})
 	mux.HandleFunc("/mcp", func(w http.ResponseWriter, r *http.Request) {
 		t.mcpRequests.Add(1)
 		if sid := r.Header.Get("Mcp-Session-Id"); sid != "" && r.Method == http.MethodPost {

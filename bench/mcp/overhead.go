@@ -44,6 +44,7 @@ func overheadMain(args []string) error {
 	concN := fs.Int("conc-n", 2000, "cycles per store and round in the concurrent phase")
 	warm := fs.Int("warmup", 200, "unmeasured cycles before each round")
 	pg := fs.String("postgres", benchproc.PostgresURL(), "PostgreSQL server (a fresh schema per platform, dropped after)")
+	jsonResponse := fs.Bool("json-response", false, "the MCP server answers a tools/call with an application/json body instead of an event stream (the default, as the go-sdk's and the TypeScript SDK's servers do)")
 	prebuilt := fs.String("bin", "", "agentplane binaries to measure instead of building ./cmd/agentplane, comma-separated; with several, each round measures each store on each binary in turn (a same-run comparison of builds)")
 	fs.Parse(args)
 
@@ -68,6 +69,9 @@ func overheadMain(args []string) error {
 	fmt.Printf("# MCP tool call overhead — what agentplane adds to a tools/call of an MCP server's tool (invoke → succeeded, vs the go-sdk client calling the same server), and to a native server tool call for reference; %d sequential + %d concurrent (%d callers) cycles per store and round, %d rounds\n",
 		*n, *concN, *conc, *rounds)
 	fmt.Printf("# %s, %s/%s, %d CPUs, load %s\n", time.Now().UTC().Format(time.RFC3339), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), benchproc.LoadAvg())
+	if *jsonResponse {
+		fmt.Println("# the MCP server answers with application/json bodies (-json-response)")
+	}
 	if len(bins) > 1 {
 		fmt.Printf("# builds, measured in turn within each round: %s\n", strings.Join(bins, ", "))
 	}
@@ -84,7 +88,7 @@ func overheadMain(args []string) error {
 				if len(bins) > 1 {
 					label = store + ", " + bin
 				}
-				res, err := overheadRound(store, label, bin, dir, *pg, round, *n, *conc, *concN, *warm)
+				res, err := overheadRound(store, label, bin, dir, *pg, *jsonResponse, round, *n, *conc, *concN, *warm)
 				if err != nil {
 					return fmt.Errorf("%s: %w", label, err)
 				}
@@ -131,8 +135,8 @@ func overheadMain(args []string) error {
 
 // overheadRound measures one store on a fresh platform: the sequential
 // phase, then the concurrent one; latencies by phase and kind.
-func overheadRound(store, label, bin, dir, pg string, round, n, conc, concN, warm int) (*roundResult, error) {
-	t, err := startTools()
+func overheadRound(store, label, bin, dir, pg string, jsonResponse bool, round, n, conc, concN, warm int) (*roundResult, error) {
+	t, err := startTools(jsonResponse)
 	if err != nil {
 		return nil, err
 	}
