@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,21 +44,59 @@ type tools struct {
 	mcpCalls        atomic.Int64
 	httpCalls       atomic.Int64
 	srv             *http.Server
+
+	// What the servers see on the wire (wire()).
+	mcpRequests atomic.Int64 // every request to the MCP endpoint
+	conns       atomic.Int64 // TCP connections accepted, from every caller
+	mu          sync.Mutex
+	postConns   map[string]map[string]bool // MCP session → the remote addresses its POSTs came from
 }
 
-func startTools() (*tools, error) {
+// wireCount is what the servers saw up to a moment.
+type wireCount struct {
+	mcpRequests, conns int64
+	// sessionConns counts, per MCP session, the connections its POSTs came on.
+	sessionConns map[string]int
+}
+
+func (t *tools) wire() wireCount {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w := wireCount{mcpRequests: t.mcpRequests.Load(), conns: t.conns.Load(), sessionConns: map[string]int{}}
+	for s, addrs := range t.postConns {
+		w.sessionConns[s] = len(addrs)
+	}
+	return w
+}
+
+// startTools starts the tool servers; jsonResponse makes the MCP server
+// answer a tools/call with an application/json body instead of an event
+// stream (StreamableHTTPOptions.JSONResponse).
+func startTools(jsonResponse bool) (*tools, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	t := &tools{mcpURL: "http://" + ln.Addr().String() + "/mcp", httpURL: "http://" + ln.Addr().String() + "/tool"}
+	t := &tools{postConns: map[string]map[string]bool{}, mcpURL: "http://" + ln.Addr().String() + "/mcp", httpURL: "http://" + ln.Addr().String() + "/tool"}
 	s := mcp.NewServer(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "echoes its args"}, func(ctx context.Context, req *mcp.CallToolRequest, in echoIn) (*mcp.CallToolResult, map[string]any, error) {
 		t.mcpCalls.Add(1)
 		return nil, map[string]any{"ok": true, "echo": in}, nil
 	})
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{JSONResponse: jsonResponse})
+	mux.HandleFunc("/mcp", func(w http.ResponseWriter, r *http.Request) {
+		t.mcpRequests.Add(1)
+		if sid := r.Header.Get("Mcp-Session-Id"); sid != "" && r.Method == http.MethodPost {
+			t.mu.Lock()
+			if t.postConns[sid] == nil {
+				t.postConns[sid] = map[string]bool{}
+			}
+			t.postConns[sid][r.RemoteAddr] = true
+			t.mu.Unlock()
+		}
+		mcpHandler.ServeHTTP(w, r)
+	})
 	mux.HandleFunc("POST /tool", func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			Args json.RawMessage `json:"args"`
@@ -71,7 +110,11 @@ func startTools() (*tools, error) {
 		b, _ := json.Marshal(map[string]any{"ok": true, "echo": body.Args})
 		w.Write(b)
 	})
-	t.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	t.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			t.conns.Add(1)
+		}
+	}}
 	go t.srv.Serve(ln)
 	return t, nil
 }

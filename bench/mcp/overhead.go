@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -43,7 +44,8 @@ func overheadMain(args []string) error {
 	concN := fs.Int("conc-n", 2000, "cycles per store and round in the concurrent phase")
 	warm := fs.Int("warmup", 200, "unmeasured cycles before each round")
 	pg := fs.String("postgres", benchproc.PostgresURL(), "PostgreSQL server (a fresh schema per platform, dropped after)")
-	prebuilt := fs.String("bin", "", "an agentplane binary to measure instead of building ./cmd/agentplane")
+	jsonResponse := fs.Bool("json-response", false, "the MCP server answers a tools/call with an application/json body instead of an event stream (the default, as the go-sdk's and the TypeScript SDK's servers do)")
+	prebuilt := fs.String("bin", "", "agentplane binaries to measure instead of building ./cmd/agentplane, comma-separated; with several, each round measures each store on each binary in turn (a same-run comparison of builds)")
 	fs.Parse(args)
 
 	dir, err := os.MkdirTemp("", "agentplane-bench-mcp-")
@@ -51,51 +53,81 @@ func overheadMain(args []string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	bin := *prebuilt
-	if bin == "" {
-		if bin, err = benchproc.BuildPlatform(dir); err != nil {
+	var bins []string
+	for _, b := range strings.Split(*prebuilt, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			bins = append(bins, b)
+		}
+	}
+	if len(bins) == 0 {
+		bin, err := benchproc.BuildPlatform(dir)
+		if err != nil {
 			return err
 		}
+		bins = []string{bin}
 	}
 	fmt.Printf("# MCP tool call overhead — what agentplane adds to a tools/call of an MCP server's tool (invoke → succeeded, vs the go-sdk client calling the same server), and to a native server tool call for reference; %d sequential + %d concurrent (%d callers) cycles per store and round, %d rounds\n",
 		*n, *concN, *conc, *rounds)
-	fmt.Printf("# %s, %s/%s, %d CPUs, load %s\n\n", time.Now().UTC().Format(time.RFC3339), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), benchproc.LoadAvg())
+	fmt.Printf("# %s, %s/%s, %d CPUs, load %s\n", time.Now().UTC().Format(time.RFC3339), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), benchproc.LoadAvg())
+	if *jsonResponse {
+		fmt.Println("# the MCP server answers with application/json bodies (-json-response)")
+	}
+	if len(bins) > 1 {
+		fmt.Printf("# builds, measured in turn within each round: %s\n", strings.Join(bins, ", "))
+	}
+	fmt.Println()
 
-	type key struct{ store, phase string }
+	type key struct{ bin, store, phase string }
 	pooled := map[key]*[kinds][]time.Duration{}
 	var order []key
 	for round := 1; round <= *rounds; round++ {
 		for _, store := range strings.Split(*stores, ",") {
-			res, err := overheadRound(strings.TrimSpace(store), bin, dir, *pg, round, *n, *conc, *concN, *warm)
-			if err != nil {
-				return fmt.Errorf("%s: %w", store, err)
-			}
-			for phase, lat := range res {
-				k := key{store, phase}
-				if pooled[k] == nil {
-					pooled[k] = &[kinds][]time.Duration{}
-					order = append(order, k)
+			store = strings.TrimSpace(store)
+			for _, bin := range bins {
+				label := store
+				if len(bins) > 1 {
+					label = store + ", " + bin
 				}
-				for i := range kinds {
-					pooled[k][i] = append(pooled[k][i], lat[i]...)
+				res, err := overheadRound(store, label, bin, dir, *pg, *jsonResponse, round, *n, *conc, *concN, *warm)
+				if err != nil {
+					return fmt.Errorf("%s: %w", label, err)
+				}
+				for _, phase := range res.phases {
+					k := key{bin, store, phase}
+					if pooled[k] == nil {
+						pooled[k] = &[kinds][]time.Duration{}
+						order = append(order, k)
+					}
+					for i := range kinds {
+						pooled[k][i] = append(pooled[k][i], res.lat[phase][i]...)
+					}
 				}
 			}
 		}
 	}
 	fmt.Println("## summary, rounds pooled (ms; added = via agentplane − direct at the same percentile)")
 	fmt.Println()
-	fmt.Println("| store | phase | calls | MCP direct p50 / p99 | MCP via agentplane p50 / p99 | **MCP added p50 / p99** | native direct p50 / p99 | native via agentplane p50 / p99 | native added p50 / p99 |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	slices.SortStableFunc(order, func(a, b key) int { return cmp.Compare(a.store, b.store) })
+	build, sep := "", ""
+	if len(bins) > 1 {
+		build, sep = "build | ", "---|"
+	}
+	fmt.Println("| " + build + "store | phase | calls | MCP direct p50 / p99 | MCP via agentplane p50 / p99 | **MCP added p50 / p99** | native direct p50 / p99 | native via agentplane p50 / p99 | native added p50 / p99 | added mean MCP / native |")
+	fmt.Println("|" + sep + "---|---|---|---|---|---|---|---|---|---|")
 	for _, k := range order {
 		var p [kinds]pct
 		for i := range kinds {
 			p[i] = percentiles(pooled[k][i])
 		}
-		fmt.Printf("| %s | %s | %d | %s / %s | %s / %s | **%s / %s** | %s / %s | %s / %s | %s / %s |\n", k.store, k.phase, p[mcpInvoke].n,
+		if build != "" {
+			fmt.Printf("| %s ", k.bin)
+		}
+		fmt.Printf("| %s | %s | %d | %s / %s | %s / %s | **%s / %s** | %s / %s | %s / %s | %s / %s | %s / %s |\n", k.store, k.phase, p[mcpInvoke].n,
 			ms(p[mcpDirect].p50), ms(p[mcpDirect].p99), ms(p[mcpInvoke].p50), ms(p[mcpInvoke].p99),
 			ms(p[mcpInvoke].p50-p[mcpDirect].p50), ms(p[mcpInvoke].p99-p[mcpDirect].p99),
 			ms(p[httpDirect].p50), ms(p[httpDirect].p99), ms(p[httpInvoke].p50), ms(p[httpInvoke].p99),
-			ms(p[httpInvoke].p50-p[httpDirect].p50), ms(p[httpInvoke].p99-p[httpDirect].p99))
+			ms(p[httpInvoke].p50-p[httpDirect].p50), ms(p[httpInvoke].p99-p[httpDirect].p99),
+			ms(p[mcpInvoke].mean-p[mcpDirect].mean), ms(p[httpInvoke].mean-p[httpDirect].mean))
 	}
 	fmt.Println()
 	return nil
@@ -103,8 +135,8 @@ func overheadMain(args []string) error {
 
 // overheadRound measures one store on a fresh platform: the sequential
 // phase, then the concurrent one; latencies by phase and kind.
-func overheadRound(store, bin, dir, pg string, round, n, conc, concN, warm int) (map[string]*[kinds][]time.Duration, error) {
-	t, err := startTools()
+func overheadRound(store, label, bin, dir, pg string, jsonResponse bool, round, n, conc, concN, warm int) (*roundResult, error) {
+	t, err := startTools(jsonResponse)
 	if err != nil {
 		return nil, err
 	}
@@ -182,33 +214,49 @@ func overheadRound(store, bin, dir, pg string, round, n, conc, concN, warm int) 
 		cycle(&discard, e.runIDs[i%len(e.runIDs)], i)
 	}
 	mcp0, http0 := t.mcpCalls.Load(), t.httpCalls.Load()
-	out := map[string]*[kinds][]time.Duration{}
+	out := &roundResult{lat: map[string]*[kinds][]time.Duration{}}
 
-	report := func(phase string, lat *[kinds][]time.Duration, wall time.Duration, cpu time.Duration) {
-		fmt.Printf("## %s, %s, round %d (%s wall, server CPU %.2f cores, load %s)\n", store, phase, round, wall.Round(time.Millisecond), cpu.Seconds()/wall.Seconds(), benchproc.LoadAvg())
+	// What the MCP server saw in a phase: the requests per tools/call (one
+	// POST each, both sessions, when nothing else is sent per call), the
+	// connections the platform's session used, and the TCP connections
+	// opened to the tool servers by every caller (the platform's native
+	// tool calls and MCP session, the bench's clients).
+	wireLine := func(from, to wireCount, calls int64) string {
+		var platformConns, platformNew int
+		for sid, n := range to.sessionConns {
+			if sid != cs.ID() {
+				platformConns, platformNew = n, n-from.sessionConns[sid]
+			}
+		}
+		return fmt.Sprintf("wire: MCP server requests per tools/call %.2f; the platform's MCP session posted on %d connections (%d new); new TCP connections to the tool servers, all callers: %d",
+			float64(to.mcpRequests-from.mcpRequests)/float64(max(calls, 1)), platformConns, platformNew, to.conns-from.conns)
+	}
+	report := func(phase string, lat *[kinds][]time.Duration, wall time.Duration, cpu time.Duration, wire string) {
+		fmt.Printf("## %s, %s, round %d (%s wall, server CPU %.2f cores, load %s)\n", label, phase, round, wall.Round(time.Millisecond), cpu.Seconds()/wall.Seconds(), benchproc.LoadAvg())
 		var p [kinds]pct
 		for k := range kinds {
 			p[k] = percentiles(slices.Clone(lat[k]))
 			fmt.Printf("%-36s %s\n", kindNames[k]+":", p[k])
 		}
-		fmt.Printf("added by agentplane: MCP p50 %s / p99 %s ms; native p50 %s / p99 %s ms\n\n",
-			ms(p[mcpInvoke].p50-p[mcpDirect].p50), ms(p[mcpInvoke].p99-p[mcpDirect].p99),
-			ms(p[httpInvoke].p50-p[httpDirect].p50), ms(p[httpInvoke].p99-p[httpDirect].p99))
+		fmt.Println(wire)
+		fmt.Printf("added by agentplane: MCP p50 %s / p99 %s / mean %s ms; native p50 %s / p99 %s / mean %s ms\n\n",
+			ms(p[mcpInvoke].p50-p[mcpDirect].p50), ms(p[mcpInvoke].p99-p[mcpDirect].p99), ms(p[mcpInvoke].mean-p[mcpDirect].mean),
+			ms(p[httpInvoke].p50-p[httpDirect].p50), ms(p[httpInvoke].p99-p[httpDirect].p99), ms(p[httpInvoke].mean-p[httpDirect].mean))
 	}
 
 	seq := &[kinds][]time.Duration{}
-	t0, cpu0 := time.Now(), benchproc.ProcCPU(e.p.Pid())
+	t0, cpu0, w0, c0 := time.Now(), benchproc.ProcCPU(e.p.Pid()), t.wire(), t.mcpCalls.Load()
 	for i := range n {
 		cycle(seq, e.runIDs[0], i)
 	}
-	report("sequential", seq, time.Since(t0), benchproc.ProcCPU(e.p.Pid())-cpu0)
-	out["sequential"] = seq
+	report("sequential", seq, time.Since(t0), benchproc.ProcCPU(e.p.Pid())-cpu0, wireLine(w0, t.wire(), t.mcpCalls.Load()-c0))
+	out.add("sequential", seq)
 
 	par := &[kinds][]time.Duration{}
 	var mu sync.Mutex
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	t0, cpu0 = time.Now(), benchproc.ProcCPU(e.p.Pid())
+	t0, cpu0, w0, c0 = time.Now(), benchproc.ProcCPU(e.p.Pid()), t.wire(), t.mcpCalls.Load()
 	for w := range conc {
 		wg.Add(1)
 		go func() {
@@ -230,8 +278,8 @@ func overheadRound(store, bin, dir, pg string, round, n, conc, concN, warm int) 
 	}
 	wg.Wait()
 	phase := strconv.Itoa(conc) + " concurrent"
-	report(phase, par, time.Since(t0), benchproc.ProcCPU(e.p.Pid())-cpu0)
-	out[phase] = par
+	report(phase, par, time.Since(t0), benchproc.ProcCPU(e.p.Pid())-cpu0, wireLine(w0, t.wire(), t.mcpCalls.Load()-c0))
+	out.add(phase, par)
 
 	if f := failures.Load(); f > 0 {
 		return nil, fmt.Errorf("%d calls failed; first: %v\n%s", f, firstErr.Load(), e.p.Tail())
@@ -246,9 +294,22 @@ func overheadRound(store, bin, dir, pg string, round, n, conc, concN, warm int) 
 	return out, nil
 }
 
+// roundResult is one round's latencies by phase and kind, phases in the
+// order measured.
+type roundResult struct {
+	phases []string
+	lat    map[string]*[kinds][]time.Duration
+}
+
+func (r *roundResult) add(phase string, lat *[kinds][]time.Duration) {
+	r.phases = append(r.phases, phase)
+	r.lat[phase] = lat
+}
+
 type pct struct {
 	n                  int
 	p50, p90, p99, max time.Duration
+	mean               time.Duration
 }
 
 // percentiles of s (sorted in place), nearest rank.
@@ -261,11 +322,15 @@ func percentiles(s []time.Duration) pct {
 		i := int(q*float64(len(s))+0.5) - 1
 		return s[min(max(i, 0), len(s)-1)]
 	}
-	return pct{len(s), at(0.50), at(0.90), at(0.99), s[len(s)-1]}
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	return pct{len(s), at(0.50), at(0.90), at(0.99), s[len(s)-1], sum / time.Duration(len(s))}
 }
 
 func ms(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 2, 64) }
 
 func (p pct) String() string {
-	return fmt.Sprintf("n=%d p50 %s p90 %s p99 %s max %s ms", p.n, ms(p.p50), ms(p.p90), ms(p.p99), ms(p.max))
+	return fmt.Sprintf("n=%d p50 %s p90 %s p99 %s max %s mean %s ms", p.n, ms(p.p50), ms(p.p90), ms(p.p99), ms(p.max), ms(p.mean))
 }

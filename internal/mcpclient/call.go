@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -37,7 +38,7 @@ func (m *Manager) CallMCP(ctx context.Context, call toolsvc.MCPCall) (*toolsvc.M
 		c.progress.Store(call.ProgressToken, call.OnProgress)
 		defer c.progress.Delete(call.ProgressToken)
 	}
-	res, err := cs.CallTool(ctx, params)
+	res, err := callTool(ctx, cs, params)
 	if err != nil {
 		return nil, c.callError(ctx, cs, err)
 	}
@@ -53,6 +54,43 @@ func (m *Manager) CallMCP(ctx context.Context, call toolsvc.MCPCall) (*toolsvc.M
 		}
 	}
 	return out, nil
+}
+
+// answeredGrace bounds how long the HTTP exchange of an answered
+// tools/call may go on after its answer (see callTool).
+const answeredGrace = 5 * time.Second
+
+// callTool is cs.CallTool with ctx's cancellation, but not the end of the
+// call, passed on to the request.
+//
+// The SDK sends a Streamable HTTP tools/call as a POST under the context
+// it is given and hands the answer over as soon as it has read it from
+// the response's event stream; it reads the rest of the stream (the end of
+// the chunked body) on its own goroutine afterwards. A context cancelled
+// as soon as the call returns — as every caller's is, the tool call's
+// deadline being a context — races that read, and when it wins the HTTP
+// transport closes the connection instead of keeping it alive: measured,
+// one call in four then paid a new TCP connection (and the server a new
+// connection goroutine) on the next call.
+//
+// So the request runs under a context of its own: cancelled at once when
+// ctx ends before the answer (the SDK then sends notifications/cancelled
+// and the request is abandoned, as before), and only answeredGrace after
+// an answer otherwise — a server that ends its stream after the answer,
+// as the specification asks, has long ended it by then; one that does not
+// is cut off then.
+func callTool(ctx context.Context, cs *mcp.ClientSession, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+	reqCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	res, err := cs.CallTool(reqCtx, params)
+	if !stop() || err != nil {
+		// ctx ended (the request is, or is being, cancelled) or the call
+		// failed: nothing is left to read.
+		cancel()
+		return res, err
+	}
+	time.AfterFunc(answeredGrace, cancel)
+	return res, nil
 }
 
 // callError says what a failed tools/call means for its tool call.

@@ -416,3 +416,66 @@ func TestStreamableHTTPCallCarriesTraceparent(t *testing.T) {
 		t.Fatalf("no tools/call among %d posts", len(srv.posts))
 	}
 }
+
+// Calls made one after the other on a Streamable HTTP session reuse its
+// connection, although each call's context (its deadline) ends as soon as
+// it returns: ending it must not cut the SDK's read of the answer's stream
+// short, which closes the connection instead of keeping it alive.
+func TestStreamableHTTPCallsKeepTheConnection(t *testing.T) {
+	srv := startHTTPServer(t)
+	m := newManager(t, "sqlite", nil)
+	if _, _, err := m.Put(context.Background(), &mcpclient.Spec{Name: "web", Transport: mcpclient.TransportStreamableHTTP, URL: srv.URL()}); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, m, "web", mcpclient.StatusConnected, 1)
+	// The first calls may open the connections the pool keeps from then on
+	// (one more than the session's GET stream holds).
+	for range 5 {
+		if res, err := call(m, "web", "echo", `{"text":"warm"}`); err != nil || res.IsError {
+			t.Fatalf("echo: %+v %v", res, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	before := srv.conns.Load()
+	const calls = 200
+	for i := range calls {
+		if res, err := call(m, "web", "echo", `{"text":"again"}`); err != nil || res.IsError {
+			t.Fatalf("echo %d: %+v %v", i, res, err)
+		}
+		// As sequential tool calls come: not back to back (a call's commits
+		// come between).
+		time.Sleep(time.Millisecond)
+	}
+	// A call may still, rarely, come before the previous one's stream has
+	// been read to its end (and take another connection); one cut short
+	// each time its context ended was one call in eight to one in four.
+	if n := srv.conns.Load() - before; n > 4 {
+		t.Fatalf("%d sequential calls opened %d new connections to the server, want (about) none", calls, n)
+	}
+
+	// Concurrent callers: a connection for each call in flight, kept.
+	const callers, each = 8, 80
+	before = srv.conns.Load()
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				if res, err := call(m, "web", "echo", `{"text":"together"}`); err != nil || res.IsError {
+					errs <- fmt.Errorf("echo: %+v %v", res, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := srv.conns.Load() - before; n > 2*callers {
+		t.Fatalf("%d concurrent callers making %d calls opened %d new connections to the server, want at most %d", callers, callers*each, n, 2*callers)
+	}
+}

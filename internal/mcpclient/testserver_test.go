@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,6 +120,8 @@ type httpServer struct {
 	traceparents []string
 	srv          *http.Server
 	closed       chan struct{}
+	// conns counts the TCP connections accepted.
+	conns atomic.Int64
 }
 
 func startHTTPServer(t *testing.T) *httpServer {
@@ -148,7 +151,11 @@ func (h *httpServer) serve(ln net.Listener) {
 			r.Body = io.NopCloser(bytes.NewReader(b))
 		}
 		stream.ServeHTTP(w, r)
-	})}
+	}), ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			h.conns.Add(1)
+		}
+	}}
 	h.closed = make(chan struct{})
 	go func() { h.srv.Serve(ln); close(h.closed) }()
 }
