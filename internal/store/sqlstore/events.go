@@ -92,14 +92,26 @@ func (q *queries) EventsAppend(ctx context.Context, events []store.EventParams) 
 // seqUpdateChunk bounds the sessions whose counters one statement bumps.
 const seqUpdateChunk = 256
 
-// shapeChunks splits n rows into chunks whose sizes are powers of two, at
-// most max (a power of two), largest first, as start → size. A multi-row
-// statement's text depends on its row count; with these sizes an append
-// path has at most log2(max)+1 texts per statement instead of max, so a
+// exactChunk: up to this many rows go in one statement of exactly that
+// many (a tool call's 2–4 events, a short run's end): one statement, one
+// round trip on PostgreSQL, instead of one per power of two.
+const exactChunk = 16
+
+// shapeChunks splits n rows into chunks as start → size: n itself up to
+// exactChunk, else chunks whose sizes are powers of two, at most max (a
+// power of two), largest first. A multi-row statement's text depends on its
+// row count; with these sizes an append path has at most
+// exactChunk+log2(max)+1 texts per statement instead of max, so a
 // prepared-statement cache keyed by text holds them all and is not flooded
 // by one text per batch size (issue 13).
 func shapeChunks(n, max int) func(yield func(start, size int) bool) {
 	return func(yield func(start, size int) bool) {
+		if n <= exactChunk {
+			if n > 0 {
+				yield(0, n)
+			}
+			return
+		}
 		start := 0
 		for size := max; n > 0; {
 			if size > n {
