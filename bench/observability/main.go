@@ -72,6 +72,24 @@ type result struct {
 	errs int
 }
 
+// tally collects a load's outcomes from its goroutines.
+type tally struct {
+	mu  sync.Mutex
+	res result
+}
+
+// add counts one operation: a success and its latency, or an error.
+func (t *tally) add(ok bool, d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ok {
+		t.res.ops++
+		t.res.lats = append(t.res.lats, d)
+	} else {
+		t.res.errs++
+	}
+}
+
 func main() {
 	var cfg config
 	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds; each measures every target once per workload, in a rotated order")
@@ -301,8 +319,7 @@ func streamAgent(n int) http.Handler {
 func proxyLoad(cfg config, t *target, stop <-chan struct{}) *result {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}}
 	body := `{"model":"fake-gpt","stream":true,"messages":[{"role":"user","content":"tell me about tracing overhead"}]}`
-	var mu sync.Mutex
-	res := &result{}
+	var tl tally
 	var wg sync.WaitGroup
 	for range cfg.proxyConc {
 		wg.Add(1)
@@ -324,28 +341,19 @@ func proxyLoad(cfg config, t *target, stop <-chan struct{}) *result {
 					io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 				}
-				d := time.Since(start)
-				mu.Lock()
-				if ok {
-					res.ops++
-					res.lats = append(res.lats, d)
-				} else {
-					res.errs++
-				}
-				mu.Unlock()
+				tl.add(ok, time.Since(start))
 			}
 		}()
 	}
 	wg.Wait()
 	client.CloseIdleConnections()
-	return res
+	return &tl.res
 }
 
 // deliveryLoad has each client start runs one after another (a new
 // session each) and wait for each run's done, until stop.
 func deliveryLoad(cfg config, t *target, stop <-chan struct{}) *result {
-	var mu sync.Mutex
-	res := &result{}
+	var tl tally
 	var wg sync.WaitGroup
 	for c := range cfg.clients {
 		wg.Add(1)
@@ -355,18 +363,14 @@ func deliveryLoad(cfg config, t *target, stop <-chan struct{}) *result {
 			defer cancel()
 			ws, _, err := websocket.DefaultDialer.DialContext(ctx, t.proc.WSURL("/v1/ws"), nil)
 			if err != nil {
-				mu.Lock()
-				res.errs++
-				mu.Unlock()
+				tl.add(false, 0)
 				return
 			}
 			defer ws.Close()
 			ws.WriteJSON(map[string]any{"type": "hello", "user_id": benchproc.UserID, "api_key": benchproc.UserKey})
 			var m map[string]any
 			if ws.ReadJSON(&m) != nil || m["type"] != "ready" {
-				mu.Lock()
-				res.errs++
-				mu.Unlock()
+				tl.add(false, 0)
 				return
 			}
 			for i := 0; ; i++ {
@@ -396,15 +400,7 @@ func deliveryLoad(cfg config, t *target, stop <-chan struct{}) *result {
 						break
 					}
 				}
-				d := time.Since(start)
-				mu.Lock()
-				if ok {
-					res.ops++
-					res.lats = append(res.lats, d)
-				} else {
-					res.errs++
-				}
-				mu.Unlock()
+				tl.add(ok, time.Since(start))
 				if !ok {
 					return
 				}
@@ -412,5 +408,5 @@ func deliveryLoad(cfg config, t *target, stop <-chan struct{}) *result {
 		}()
 	}
 	wg.Wait()
-	return res
+	return &tl.res
 }

@@ -172,35 +172,15 @@ func appendAnyValue(b []byte, v attribute.Value) []byte {
 	case attribute.BYTESLICE:
 		return appendBytes(b, avBytes, v.AsByteSlice())
 	case attribute.BOOLSLICE:
-		b, arr := begin(b, avArray)
-		for _, x := range v.AsBoolSlice() {
-			b = appendElem(b, attribute.BoolValue(x))
-		}
-		return end(b, arr)
+		return appendArray(b, v.AsBoolSlice(), attribute.BoolValue)
 	case attribute.INT64SLICE:
-		b, arr := begin(b, avArray)
-		for _, x := range v.AsInt64Slice() {
-			b = appendElem(b, attribute.Int64Value(x))
-		}
-		return end(b, arr)
+		return appendArray(b, v.AsInt64Slice(), attribute.Int64Value)
 	case attribute.FLOAT64SLICE:
-		b, arr := begin(b, avArray)
-		for _, x := range v.AsFloat64Slice() {
-			b = appendElem(b, attribute.Float64Value(x))
-		}
-		return end(b, arr)
+		return appendArray(b, v.AsFloat64Slice(), attribute.Float64Value)
 	case attribute.STRINGSLICE:
-		b, arr := begin(b, avArray)
-		for _, x := range v.AsStringSlice() {
-			b = appendElem(b, attribute.StringValue(x))
-		}
-		return end(b, arr)
+		return appendArray(b, v.AsStringSlice(), attribute.StringValue)
 	case attribute.SLICE:
-		b, arr := begin(b, avArray)
-		for _, x := range v.AsSlice() {
-			b = appendElem(b, x)
-		}
-		return end(b, arr)
+		return appendArray(b, v.AsSlice(), func(x attribute.Value) attribute.Value { return x })
 	case attribute.MAP:
 		b, kl := begin(b, avKvlist)
 		b = appendKeyValues(b, kvlsValues, v.AsMap())
@@ -212,6 +192,15 @@ func appendAnyValue(b []byte, v attribute.Value) []byte {
 func appendElem(b []byte, v attribute.Value) []byte {
 	b, at := begin(b, arrValues)
 	return end(appendAnyValue(b, v), at)
+}
+
+// appendArray appends xs as an ArrayValue, each element made a Value by val.
+func appendArray[T any](b []byte, xs []T, val func(T) attribute.Value) []byte {
+	b, arr := begin(b, avArray)
+	for _, x := range xs {
+		b = appendElem(b, val(x))
+	}
+	return end(b, arr)
 }
 
 // encodeResource is a Resource message, field rsResource of ResourceSpans.
