@@ -37,7 +37,7 @@ func (c *Chain) fail(err error) {
 	c.mu.Unlock()
 }
 
-// AppendAsyncIn is AppendAsync with the op in chain c.
+// AppendAsyncIn is AppendAsync with the op in chain c (nil: none).
 func (l *Log) AppendAsyncIn(ctx context.Context, c *Chain, done func([]store.Event, error), events ...store.EventParams) error {
 	if len(events) == 0 {
 		return nil
@@ -45,7 +45,7 @@ func (l *Log) AppendAsyncIn(ctx context.Context, c *Chain, done func([]store.Eve
 	return l.submit(ctx, events[0].SessionID, &op{events: events, done: done, chain: c})
 }
 
-// AppendBehindIn is AppendBehind with the op in chain c, lingering at
+// AppendBehindIn is AppendBehind with the op in chain c (nil: none), lingering at
 // most linger (0: Options.BehindLinger) for company.
 func (l *Log) AppendBehindIn(ctx context.Context, c *Chain, linger time.Duration, done func([]store.Event, error), events ...store.EventParams) error {
 	if len(events) == 0 {

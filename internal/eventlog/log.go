@@ -194,7 +194,7 @@ func (l *Log) Append(ctx context.Context, events ...store.EventParams) ([]store.
 // serialised with the other writes of sessionID. It returns the appended
 // events, or fn's error with nothing written.
 func (l *Log) Do(ctx context.Context, sessionID string, fn TxFunc) ([]store.Event, error) {
-	return l.wait(ctx, sessionID, &op{fn: fn})
+	return l.DoIn(ctx, nil, sessionID, fn)
 }
 
 type outcome struct {
@@ -218,10 +218,7 @@ func (l *Log) wait(ctx context.Context, sessionID string, o *op) ([]store.Event,
 // after commit with the outcome. Ops of one session commit in submission
 // order, so a later Do/Append of the same session commits after these.
 func (l *Log) AppendAsync(ctx context.Context, done func([]store.Event, error), events ...store.EventParams) error {
-	if len(events) == 0 {
-		return nil
-	}
-	return l.submit(ctx, events[0].SessionID, &op{events: events, done: done})
+	return l.AppendAsyncIn(ctx, nil, done, events...)
 }
 
 // AppendBehind is AppendAsync for events nobody waits for and no client is
@@ -229,10 +226,7 @@ func (l *Log) AppendAsync(ctx context.Context, done func([]store.Event, error), 
 // other ops to share their commit. Order within the session is kept as for
 // AppendAsync.
 func (l *Log) AppendBehind(ctx context.Context, done func([]store.Event, error), events ...store.EventParams) error {
-	if len(events) == 0 {
-		return nil
-	}
-	return l.submit(ctx, events[0].SessionID, &op{events: events, done: done, behind: true})
+	return l.AppendBehindIn(ctx, nil, 0, done, events...)
 }
 
 // Notified feeds notifications from other processes into the hub: their

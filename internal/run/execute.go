@@ -263,11 +263,8 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 		// Every queued append commits (or fails) first, so a refused
 		// output is what the run fails with.
 		pending.Wait()
-		if failed := appendFailed(); failed != nil {
-			refused(failed)
-			return
-		}
-	} else if failed := appendFailed(); failed != nil {
+	}
+	if failed := appendFailed(); failed != nil {
 		refused(failed)
 		return
 	}
@@ -286,24 +283,26 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 		m.finishFailed(run, code, msg, began, deltas)
 		return
 	}
+	invoke := map[string]any{"duration_ms": time.Since(began).Milliseconds(), "deltas": deltas}
+	end, endOutcome, failMsg := End{Status: store.RunDone, Usage: json.RawMessage("{}"), Output: text.String(), Reason: "the run finished", Invoke: invoke},
+		"done", "could not record the run's result"
+	if res != nil && len(res.Usage) > 0 {
+		end.Usage = res.Usage
+	}
+	if res != nil && res.InputRequired != nil {
+		q := res.InputRequired
+		end, endOutcome, failMsg = End{Status: store.RunInputRequired, Question: q.Question, Detail: q.Detail, Reason: "the agent asked the user for input", Invoke: invoke},
+			"input_required", "could not record the agent's question"
+	}
+	log.Debug("run ended", "status", end.Status, "deltas", deltas, "ms", time.Since(began).Milliseconds())
 	// The end joins the output's chain without waiting for its commit: it
 	// commits after all of it, or not at all if any of it failed.
-	if res != nil && res.InputRequired != nil {
-		if !m.finishInputRequired(run, res.InputRequired, began, deltas, chain) {
-			pending.Wait()
-			refused(chain.Err())
-			return
-		}
-		outcome("input_required")
-		return
-	}
-	log.Debug("run done", "deltas", deltas, "ms", time.Since(began).Milliseconds())
-	if !m.finishDone(run, res, text.String(), began, deltas, chain) {
+	if !m.finishInChain(run, end, chain, began, deltas, failMsg) {
 		pending.Wait()
 		refused(chain.Err())
 		return
 	}
-	outcome("done")
+	outcome(endOutcome)
 }
 
 // remoteLinger is how long a remote A2A agent's output may wait to share
@@ -357,14 +356,14 @@ func (m *Manager) checkOutput(bytes *int64, events *int, size int) error {
 	return nil
 }
 
-// finishDone ends the run DONE, in chain after the run's output. It
-// reports false, having recorded nothing, when the chain failed: the
-// output was refused, and the caller fails the run.
-func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, began time.Time, deltas int, chain *eventlog.Chain) bool {
-	usage := json.RawMessage("{}")
-	if res != nil && len(res.Usage) > 0 {
-		usage = res.Usage
-	}
+// finishInChain ends the run as end says (DONE with the agent's answer, or
+// INPUT_REQUIRED with its question: DESIGN §12), in one transaction with
+// the guarded transition and the cascade of a run's end, committed in
+// chain after the run's output. It reports false, having recorded
+// nothing, when the chain failed: the output was refused, and the caller
+// fails the run. Any other failure to record the end fails the run with
+// failMsg.
+func (m *Manager) finishInChain(run *store.Run, end End, chain *eventlog.Chain, began time.Time, deltas int, failMsg string) bool {
 	if m.opts.Quiesce != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		m.opts.Quiesce(ctx, run.RunID)
@@ -375,54 +374,15 @@ func (m *Manager) finishDone(run *store.Run, res *agent.Result, text string, beg
 	_, err := m.log.DoIn(context.Background(), chain, run.SessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
 		var evs []store.EventParams
 		var err error
-		evs, ended, err = m.EndTx(ctx, tx, run, now, End{
-			Status: store.RunDone, Usage: usage, Output: text, Reason: "the run finished",
-			Invoke: map[string]any{"duration_ms": time.Since(began).Milliseconds(), "deltas": deltas},
-		})
+		evs, ended, err = m.EndTx(ctx, tx, run, now, end)
 		return evs, err
 	})
 	if err != nil && chain.Err() != nil {
 		return false
 	}
 	if err != nil {
-		m.opts.Logger.Error("record run done", "run_id", run.RunID, "session_id", run.SessionID, "err", err)
-		m.finishFailed(run, "platform_error", "could not record the run's result", began, deltas)
-		return true
-	}
-	m.countEnded(ended)
-	return true
-}
-
-// finishInputRequired ends the run INPUT_REQUIRED with the agent's
-// question (DESIGN §12): in one transaction the guarded transition, the
-// cascade of a run's end, the question as the agent's transcript row and
-// the input_required event.
-//
-// Like finishDone it commits in chain after the run's output, and reports
-// false, having recorded nothing, when the output was refused.
-func (m *Manager) finishInputRequired(run *store.Run, q *agent.InputRequest, began time.Time, deltas int, chain *eventlog.Chain) bool {
-	if m.opts.Quiesce != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		m.opts.Quiesce(ctx, run.RunID)
-		cancel()
-	}
-	now := m.now()
-	var ended []*store.Run
-	_, err := m.log.DoIn(context.Background(), chain, run.SessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
-		var evs []store.EventParams
-		var err error
-		evs, ended, err = m.EndTx(ctx, tx, run, now, End{
-			Status: store.RunInputRequired, Question: q.Question, Detail: q.Detail, Reason: "the agent asked the user for input",
-			Invoke: map[string]any{"duration_ms": time.Since(began).Milliseconds(), "deltas": deltas},
-		})
-		return evs, err
-	})
-	if err != nil && chain.Err() != nil {
-		return false
-	}
-	if err != nil {
-		m.opts.Logger.Error("record run input required", "run_id", run.RunID, "session_id", run.SessionID, "err", err)
-		m.finishFailed(run, "platform_error", "could not record the agent's question", began, deltas)
+		m.opts.Logger.Error("record run end", "run_id", run.RunID, "session_id", run.SessionID, "status", end.Status, "err", err)
+		m.finishFailed(run, "platform_error", failMsg, began, deltas)
 		return true
 	}
 	m.countEnded(ended)
