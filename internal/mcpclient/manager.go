@@ -82,10 +82,6 @@ type Manager struct {
 	stopOnce sync.Once
 }
 
-// maxIdleConnsPerServer bounds the idle connections kept to one MCP
-// server (Streamable HTTP).
-const maxIdleConnsPerServer = 64
-
 // New makes a Manager over st's mcp_servers rows.
 func New(st store.Store, opts Options) *Manager {
 	if opts.Logger == nil {
@@ -117,15 +113,11 @@ func New(st store.Store, opts Options) *Manager {
 	// No Timeout: it would cut the standalone SSE stream and long calls;
 	// each call is bounded by its context. Redirects are not followed
 	// (agent.NewHTTPClient): a redirect could point anywhere.
-	// Every call of an MCP server's tools goes to one host: keep a
-	// connection for each call in flight, not the two idle ones per host
-	// http.Transport keeps by default — with more calls in flight, every
-	// call beyond them closed its connection and the next one opened one
-	// (measured: a new TCP connection for one call in four under 8
-	// concurrent callers).
-	tr := base.Transport.(*http.Transport)
-	tr.MaxIdleConnsPerHost = maxIdleConnsPerServer
-	m.http = &http.Client{Transport: tr, CheckRedirect: base.CheckRedirect}
+	// Every call of an MCP server's tools goes to one host: the base
+	// transport keeps a connection for each call in flight (64 idle per
+	// host; net/http's 2 made one call in four open a new TCP connection
+	// under 8 concurrent callers).
+	m.http = &http.Client{Transport: base.Transport, CheckRedirect: base.CheckRedirect}
 	return m
 }
 
