@@ -294,7 +294,9 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 		end, endOutcome, failMsg = End{Status: store.RunInputRequired, Question: q.Question, Detail: q.Detail, Reason: "the agent asked the user for input", Invoke: invoke},
 			"input_required", "could not record the agent's question"
 	}
-	log.Debug("run ended", "status", end.Status, "deltas", deltas, "ms", time.Since(began).Milliseconds())
+	if end.Status == store.RunDone {
+		log.Debug("run done", "deltas", deltas, "ms", time.Since(began).Milliseconds())
+	}
 	// The end joins the output's chain without waiting for its commit: it
 	// commits after all of it, or not at all if any of it failed.
 	if !m.finishInChain(run, end, chain, began, deltas, failMsg) {
