@@ -554,6 +554,11 @@ class _Pump:
                 if self._keepalive and self._keepalive > 0:
                     timeout = max(0.0, self._keepalive - (time.monotonic() - last_write))
                 ready = {key.fileobj for key, _ in sel.select(timeout)}
+                # Drain the wake-ups before looking at _aborted: abort() may
+                # land between the two, and a wake-up drained after the check
+                # would be lost, leaving the stream asleep until keep-alive.
+                if self._wake_r in ready:
+                    self._wake_r.recv(4096)
                 if self._aborted:
                     self._on_cancel()
                     return False
@@ -565,8 +570,6 @@ class _Pump:
                     # Bytes after the request (pipelining) are not a close;
                     # stop watching so select does not spin on them.
                     sel.unregister(self._sock)
-                if self._wake_r in ready:
-                    self._wake_r.recv(4096)
                 wrote = False
                 while True:
                     try:

@@ -7,6 +7,7 @@ import contextlib
 import http.client
 import json
 import os
+import socket
 import threading
 import time
 import unittest
@@ -14,6 +15,7 @@ from typing import Any, List
 from unittest import mock
 
 import agentplane
+from agentplane.server import _Pump
 
 from ._support import FakePlatform, events, invoke, iter_sse
 
@@ -433,6 +435,45 @@ class ServerTest(unittest.TestCase):
         server.stop()
         server.stop()  # idempotent
         self.assertTrue(finished.wait(WAIT))
+
+    def test_abort_between_wakeup_and_check_is_not_lost(self) -> None:
+        # stop() aborting a stream while its pump is between select() and
+        # draining the wake-up socket: the abort's wake-up is drained with
+        # the event's, so the pump must notice the abort without another.
+        a, b = socket.socketpair()
+        self.addCleanup(a.close)
+        self.addCleanup(b.close)
+        cancelled = threading.Event()
+        pump = _Pump(a, a.makefile("wb", buffering=0), 0, cancelled.set)  # no keep-alive: nothing else wakes it
+        self.addCleanup(pump.close)
+        real = pump._wake_r
+
+        class AbortOnDrain:
+            """The pump's wake-up socket, with stop() arriving just before the first drain."""
+
+            fired = False
+
+            def fileno(self) -> int:
+                return real.fileno()
+
+            def recv(self, n: int) -> bytes:
+                if not AbortOnDrain.fired:
+                    AbortOnDrain.fired = True
+                    pump.abort()
+                return real.recv(n)
+
+            def close(self) -> None:
+                real.close()
+
+        pump._wake_r = AbortOnDrain()  # type: ignore[assignment]
+        pump.put(b"data: first\n\n")
+        result: List[bool] = []
+        t = threading.Thread(target=lambda: result.append(pump.run()), daemon=True)
+        t.start()
+        t.join(WAIT)
+        self.assertFalse(t.is_alive(), "the pump slept through the abort")
+        self.assertEqual(result, [False])
+        self.assertTrue(cancelled.is_set())
 
     # -- async handlers ----------------------------------------------------
 
