@@ -57,7 +57,9 @@ func startDemo(t *testing.T) *server {
 func startDemoOn(t *testing.T, dsn string, env []string) *server {
 	t.Helper()
 	s := startServerEnv(t, dsn, env, "--demo")
-	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(s.output(), "open the chat:"); {
+	// "open the console:" is the demo's last startup line; waiting for an
+	// earlier one raced the lines still being written after it.
+	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(s.output(), "open the console:"); {
 		if time.Now().After(deadline) {
 			t.Fatalf("the demo did not start:\n%s", s.output())
 		}

@@ -18,8 +18,8 @@ import (
 // agent answering through the LLM proxy, traced and costed.
 func TestDemoModeWorksOutOfTheBox(t *testing.T) {
 	s := startServer(t, "sqlite:"+t.TempDir()+"/demo.db", "--demo")
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(s.output(), "open the chat:") && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond) // the demo lines follow the listening line
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(s.output(), "open the console:") && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond) // the demo lines follow the listening line; this one is the last
 	}
 	m := regexp.MustCompile(`demo user key: (\S+)`).FindStringSubmatch(s.output())
 	if m == nil || !strings.Contains(s.output(), "open the chat: "+s.URL+"/#user=demo&key="+m[1]+"&agent=demo") {
@@ -336,6 +336,12 @@ func TestLLMProxyRefusesRunEndedOnAnotherReplica(t *testing.T) {
 	}
 	cb := dial(t, b, "alice", "alice-key")
 	cb.send(map[string]any{"type": "subscribe", "session_id": sid, "after_seq": 0})
+	// B's catch-up read of the session first (it returns the run's delta):
+	// an end that a subscription reads while catching up reaches the client
+	// without B's notification, so B's run cache could not have heard of it
+	// yet; the end must reach B as the test says, by the notification.
+	for m := cb.next(); m["type"] != "delta"; m = cb.next() {
+	}
 	ca.send(map[string]any{"type": "cancel_run", "request_id": "x", "run_id": runID})
 	ca.untilEnd()
 	cb.untilEnd() // B has heard of the end
