@@ -41,9 +41,11 @@ func (h *handler) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) 
 			}
 		}
 	}
+	first := t.firstSeq
 	if t, err = h.s.loadTask(ctx, c, a2a.TaskID(t.id)); err != nil {
 		return nil, h.s.rpcError(ctx, err)
 	}
+	t.firstSeq = first
 	snap, err := h.s.snapshot(ctx, t)
 	if err != nil {
 		return nil, h.s.rpcError(ctx, err)
@@ -228,7 +230,7 @@ func (s *Server) begin(ctx context.Context, c *call, req *a2a.SendMessageRequest
 		if sessionID == "" {
 			sessionID = ids.New("ses")
 		}
-		return s.start(ctx, c, run.StartParams{UserID: c.userID, SessionID: sessionID, AgentID: c.agent.AgentID, RequestID: m.ID,
+		return s.start(ctx, c, run.StartParams{UserID: c.userID, SessionID: sessionID, AgentID: c.agent.AgentID, Agent: c.agent, RequestID: m.ID,
 			Message: agent.Message{Role: "user", Content: text}, NewIntention: true})
 	}
 	t, err := s.loadTask(ctx, c, m.TaskID)
@@ -244,7 +246,7 @@ func (s *Server) begin(ctx context.Context, c *call, req *a2a.SendMessageRequest
 		if text == "" {
 			return nil, nil, a2a.NewError(a2a.ErrInvalidParams, "the task asked a question: answer with a text part")
 		}
-		return s.start(ctx, c, run.StartParams{UserID: c.userID, SessionID: last.SessionID, AgentID: c.agent.AgentID, RequestID: m.ID,
+		return s.start(ctx, c, run.StartParams{UserID: c.userID, SessionID: last.SessionID, AgentID: c.agent.AgentID, Agent: c.agent, RequestID: m.ID,
 			Message: agent.Message{Role: "user", Content: text}, ResumeRunID: last.RunID})
 	case store.RunIsTerminal(last.Status):
 		return nil, nil, errTerminal(last)
@@ -283,6 +285,7 @@ func (s *Server) start(ctx context.Context, c *call, p run.StartParams) (*task, 
 			return nil, nil, err
 		}
 	}
+	t.firstSeq = map[string]int64{started.Run.RunID: started.Events[0].Seq}
 	return t, s.follow(t, started.Events[0].Seq-1, false, release), nil
 }
 

@@ -20,6 +20,10 @@ func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 type task struct {
 	id   string // the intention id
 	runs []*store.Run
+	// firstSeq: the seq of a run's first event where this request saw it
+	// committed (the run it started), so its events are read in one
+	// statement.
+	firstSeq map[string]int64
 }
 
 func (t *task) latest() *store.Run { return t.runs[len(t.runs)-1] }
@@ -58,7 +62,7 @@ func (s *Server) loadTask(ctx context.Context, c *call, id a2a.TaskID) (*task, e
 func (s *Server) snapshot(ctx context.Context, t *task) (*a2a.Task, error) {
 	out := &a2a.Task{ID: a2a.TaskID(t.id), ContextID: t.sessionID(), History: []*a2a.Message{}}
 	for _, r := range t.runs {
-		evs, err := s.st.EventsList(ctx, &store.EventsListParams{SessionID: r.SessionID, RunID: r.RunID, Limit: 100000})
+		evs, err := s.st.EventsList(ctx, &store.EventsListParams{SessionID: r.SessionID, RunID: r.RunID, AfterSeq: max(t.firstSeq[r.RunID]-1, 0), Limit: 100000})
 		if err != nil {
 			return nil, err
 		}

@@ -179,44 +179,47 @@ func failChain(o *op, err error) {
 // runOps executes ops in order. Consecutive plain appends are merged into
 // one multi-row insert; a state change flushes the pending appends first so
 // the log keeps submission order. Last, other processes are told which
-// sessions moved (delivered only if this transaction commits).
+// sessions moved (delivered only if this transaction commits), with the
+// last appends (one statement on PostgreSQL where it can).
 func (w *writer) runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event) error {
-	if err := runOps(ctx, tx, batch, results); err != nil {
-		return err
-	}
-	var sessions []string
-	seen := map[string]bool{}
-	for _, evs := range results {
-		for i := range evs {
-			if s := evs[i].SessionID; !seen[s] {
+	return runOps(ctx, tx, batch, results, func(pending []store.EventParams) ([]store.Event, error) {
+		var sessions []string
+		seen := map[string]bool{}
+		add := func(s string) {
+			if !seen[s] {
 				seen[s] = true
 				sessions = append(sessions, s)
 			}
 		}
-	}
-	return tx.EventsNotify(ctx, w.origin, sessions)
+		for _, evs := range results {
+			for i := range evs {
+				add(evs[i].SessionID)
+			}
+		}
+		for i := range pending {
+			add(pending[i].SessionID)
+		}
+		if len(pending) == 0 {
+			return nil, tx.EventsNotify(ctx, w.origin, sessions)
+		}
+		return tx.EventsAppendNotify(ctx, pending, w.origin, sessions)
+	})
 }
 
-func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event) error {
+// runOps runs the batch's ops; last appends what is pending at the end
+// (possibly nothing) and ends the transaction's work.
+func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event, last func([]store.EventParams) ([]store.Event, error)) error {
 	ended, err := endedRuns(ctx, tx, batch)
 	if err != nil {
 		return err
 	}
 	var pending []store.EventParams
 	var owners []int // op index for each pending event
-	flush := func() error {
-		if len(pending) == 0 {
-			return nil
-		}
-		out, err := tx.EventsAppend(ctx, pending)
-		if err != nil {
-			return err
-		}
+	take := func(out []store.Event) {
 		for i, e := range out {
 			results[owners[i]] = append(results[owners[i]], e)
 		}
 		pending, owners = pending[:0], owners[:0]
-		return nil
 	}
 	for i, o := range batch {
 		results[i] = nil
@@ -230,8 +233,12 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 			evs = dropEnded(evs, ended)
 		}
 		if o.fn != nil {
-			if err := flush(); err != nil {
-				return err
+			if len(pending) > 0 {
+				out, err := tx.EventsAppend(ctx, pending)
+				if err != nil {
+					return err
+				}
+				take(out)
 			}
 			var err error
 			if evs, err = o.fn(ctx, tx); err != nil {
@@ -243,7 +250,12 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 		}
 		pending = append(pending, evs...)
 	}
-	return flush()
+	out, err := last(pending)
+	if err != nil {
+		return err
+	}
+	take(out)
+	return nil
 }
 
 func (w *writer) finish(batch []*op, results [][]store.Event, errs []error) {

@@ -54,6 +54,17 @@ func (q *refusingQueries) EventsAppend(ctx context.Context, evs []store.EventPar
 	return q.Queries.EventsAppend(ctx, evs)
 }
 
+// EventsAppendNotify is where the event log's last appends of a
+// transaction go: refused alike.
+func (q *refusingQueries) EventsAppendNotify(ctx context.Context, evs []store.EventParams, origin string, sessions []string) ([]store.Event, error) {
+	for _, e := range evs {
+		if bytes.Contains(e.Payload, q.marker) {
+			return nil, errInjected
+		}
+	}
+	return q.Queries.EventsAppendNotify(ctx, evs, origin, sessions)
+}
+
 // sseAgent is a real HTTP agent that answers every invoke with events.
 func sseAgent(t *testing.T, events ...string) *httptest.Server {
 	t.Helper()

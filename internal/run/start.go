@@ -70,6 +70,9 @@ type StartParams struct {
 	// which must be an INPUT_REQUIRED root run of this session, agent and
 	// user, not answered yet; otherwise ErrNotResumable.
 	ResumeRunID string
+	// Agent, when set, is AgentID's row as the caller has just read it
+	// (the A2A server does, to check the agent is served): not read again.
+	Agent *store.Agent
 }
 
 // Started is what Start committed.
@@ -94,12 +97,16 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 	if p.SessionID != "" && (!sessionIDPattern.MatchString(p.SessionID) || strings.HasPrefix(p.SessionID, AgentSessionPrefix)) {
 		return nil, ErrInvalidSession
 	}
-	ag, err := m.st.AgentGet(ctx, p.AgentID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, ErrAgentNotFound
-	}
-	if err != nil {
-		return nil, err
+	ag := p.Agent
+	if ag == nil || ag.AgentID != p.AgentID {
+		var err error
+		ag, err = m.st.AgentGet(ctx, p.AgentID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, ErrAgentNotFound
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	sessionID := p.SessionID
 	if sessionID == "" {
@@ -123,7 +130,10 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		if err := m.lockCaps(ctx, tx, p.UserID); err != nil {
 			return nil, err
 		}
-		sess, err := tx.SessionGet(ctx, sessionID)
+		// A session being deleted takes no new run; asked under the
+		// session's row lock, which the deletion's decision takes too
+		// (retention, DESIGN §15) — read with the session itself.
+		sess, purging, err := tx.SessionGetForRun(ctx, sessionID)
 		if errors.Is(err, store.ErrNotFound) {
 			_, err = tx.SessionCreate(ctx, &store.SessionCreateParams{SessionID: sessionID, UserID: p.UserID, CreatedAt: now})
 			if errors.Is(err, store.ErrConflict) {
@@ -132,20 +142,17 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 				// the loser gets session_busy, not an internal error.
 				sess, err = tx.SessionGet(ctx, sessionID)
 			}
+			if err == nil {
+				// No row: a tombstone may still hold the id.
+				purging, err = tx.SessionPurging(ctx, sessionID)
+			}
 		}
 		switch {
-		case sess == nil && err == nil: // created here
 		case err != nil:
 			return nil, err
-		case sess.UserID != p.UserID:
+		case sess != nil && sess.UserID != p.UserID:
 			return nil, ErrSessionDenied
-		}
-		// A session being deleted takes no new run; asked under the
-		// session's row lock, which the deletion's decision takes too
-		// (retention, DESIGN §15).
-		if purging, err := tx.SessionPurging(ctx, sessionID); err != nil {
-			return nil, err
-		} else if purging {
+		case purging:
 			return nil, ErrSessionNotFound
 		}
 		resumes, err := m.resumable(ctx, tx, sessionID, ag.AgentID, p)

@@ -213,6 +213,11 @@ type Queries interface {
 	SessionPurgeFinish(ctx context.Context, sessionID string, at int64) error
 	SessionTombstonesPrune(ctx context.Context, before int64) (int, error)
 	SessionPurging(ctx context.Context, sessionID string) (bool, error)
+	// SessionGetForRun is SessionGet and SessionPurging in one statement,
+	// for a run's start: the session under its row lock (PostgreSQL) and
+	// whether it is being purged. ErrNotFound when there is no session row
+	// (a tombstone then needs SessionPurging).
+	SessionGetForRun(ctx context.Context, sessionID string) (*Session, bool, error)
 	SessionPurgesStale(ctx context.Context, staleBefore int64, limit int) ([]*SessionPurge, error)
 	SessionPurgeClaim(ctx context.Context, cur *SessionPurge, owner string, at int64) error
 	// EventsDeleteBefore deletes, oldest first, up to limit events of a
@@ -245,6 +250,10 @@ type Queries interface {
 	// transaction it is sent only on commit (PostgreSQL NOTIFY); on SQLite,
 	// where one process owns the file, it does nothing.
 	EventsNotify(ctx context.Context, origin string, sessionIDs []string) error
+	// EventsAppendNotify is EventsAppend then EventsNotify(origin,
+	// sessionIDs), which must name the events' sessions: the end of every
+	// event-log transaction, one statement where the store can.
+	EventsAppendNotify(ctx context.Context, events []EventParams, origin string, sessionIDs []string) ([]Event, error)
 
 	// Operator listings (issue 11, listing.go): filtered, keyset-paged
 	// reads for GET /v1/sessions, /v1/runs, /v1/agents, /v1/tools and

@@ -48,16 +48,8 @@ func (q *queries) EventsAppend(ctx context.Context, events []store.EventParams) 
 	}
 	out := make([]store.Event, len(events))
 	for i := range events {
-		p := &events[i]
-		payload := p.Payload
-		if len(payload) == 0 {
-			payload = []byte("{}")
-		}
-		out[i] = store.Event{
-			EventID: ids.New("evt"), SessionID: p.SessionID, Seq: next[p.SessionID],
-			RunID: p.RunID, ParentRunID: p.ParentRunID, TS: p.TS, Type: p.Type, Payload: payload,
-		}
-		next[p.SessionID]++
+		out[i] = newEvent(&events[i], next[events[i].SessionID])
+		next[events[i].SessionID]++
 	}
 	// On SQLite, OR FAIL: a multi-row INSERT whose conflict action is the
 	// default ABORT copies every page it first touches to a statement
@@ -87,6 +79,19 @@ func (q *queries) EventsAppend(ctx context.Context, events []store.EventParams) 
 		}
 	}
 	return out, nil
+}
+
+// newEvent is the event p appends, at seq, with a new id ({} for an empty
+// payload).
+func newEvent(p *store.EventParams, seq int64) store.Event {
+	payload := p.Payload
+	if len(payload) == 0 {
+		payload = []byte("{}")
+	}
+	return store.Event{
+		EventID: ids.New("evt"), SessionID: p.SessionID, Seq: seq,
+		RunID: p.RunID, ParentRunID: p.ParentRunID, TS: p.TS, Type: p.Type, Payload: payload,
+	}
 }
 
 // seqUpdateChunk bounds the sessions whose counters one statement bumps.
@@ -179,51 +184,42 @@ func (q *queries) EventsList(ctx context.Context, p *store.EventsListParams) ([]
 	}
 	var query string
 	var args []any
+	typed := p.Type != "" // a filter the statement takes last
 	switch {
 	case p.RunID != "" && p.Type != "" && !unindexedType(p.Type):
 		// Through events_run, whose condition is repeated word for word.
 		query = `SELECT ` + eventCols + ` FROM events WHERE run_id = ? AND ` + runIndexed + ` AND type = ? AND seq > ?`
 		args = []any{p.RunID, p.Type, p.AfterSeq}
+		typed = false
 		if p.SessionID != "" {
 			query += ` AND session_id = ?`
 			args = append(args, p.SessionID)
 		}
 	case p.RunID != "":
-		// A run's deltas are not in events_run: walk its session's events
-		// from the run's first one (never a delta: run_started or the like
-		// opens every run), which events_run finds. Two statements: a bound
-		// computed inside the range one would only filter the walk.
-		session, first := p.SessionID, int64(0)
-		var at string
-		err := q.queryRow(ctx, false, `SELECT session_id, seq FROM events WHERE run_id = ? AND `+runIndexed+` ORDER BY seq LIMIT 1`, p.RunID).Scan(&at, &first)
-		switch err = mapErr(q.d, err); {
-		case errors.Is(err, store.ErrNotFound): // no indexed event: walk the whole session
-		case err != nil:
-			return nil, fmt.Errorf("list events of run %s: %w", p.RunID, err)
-		case session != "" && session != at:
-			return []store.Event{}, nil
-		default:
-			session = at
+		// A run's deltas are not in events_run: walk its session's events,
+		// from where the caller says (a page after the first, or a run whose
+		// start it saw: one statement) or from the run's first one.
+		session, after := p.SessionID, p.AfterSeq
+		if session == "" || after <= 0 {
+			var found bool
+			var err error
+			if session, after, found, err = q.runWalkStart(ctx, p); err != nil {
+				return nil, err
+			} else if !found {
+				return []store.Event{}, nil
+			}
 		}
-		if session == "" {
-			return []store.Event{}, nil
-		}
-		after := max(p.AfterSeq, first-1)
 		query = `SELECT ` + eventCols + ` FROM events WHERE session_id = ? AND seq > ? AND run_id = ?`
 		args = []any{session, after, p.RunID}
-		if p.Type != "" {
-			query += ` AND type = ?`
-			args = append(args, p.Type)
-		}
 	case p.SessionID != "":
 		query = `SELECT ` + eventCols + ` FROM events WHERE session_id = ? AND seq > ?`
 		args = []any{p.SessionID, p.AfterSeq}
-		if p.Type != "" {
-			query += ` AND type = ?`
-			args = append(args, p.Type)
-		}
 	default:
 		return nil, fmt.Errorf("list events: session or run id required")
+	}
+	if typed {
+		query += ` AND type = ?`
+		args = append(args, p.Type)
 	}
 	query += ` ORDER BY seq LIMIT ?`
 	args = append(args, limit)
@@ -241,4 +237,30 @@ func (q *queries) EventsList(ctx context.Context, p *store.EventsListParams) ([]
 		out = append(out, e)
 	}
 	return out, rows.Err()
+}
+
+// runWalkStart is where a listing of a run's events starts walking its
+// session's: the session holding the run's first event (never a delta:
+// run_started or the like opens every run), which events_run finds, and
+// the seq before it. Two statements rather than one: a bound computed
+// inside the range statement would only filter the walk. found is false
+// when nothing can match (no such run in p.SessionID, or no session).
+func (q *queries) runWalkStart(ctx context.Context, p *store.EventsListParams) (session string, after int64, found bool, err error) {
+	session = p.SessionID
+	var at string
+	var first int64
+	err = q.queryRow(ctx, false, `SELECT session_id, seq FROM events WHERE run_id = ? AND `+runIndexed+` ORDER BY seq LIMIT 1`, p.RunID).Scan(&at, &first)
+	switch err = mapErr(q.d, err); {
+	case errors.Is(err, store.ErrNotFound): // no indexed event: walk the whole session
+	case err != nil:
+		return "", 0, false, fmt.Errorf("list events of run %s: %w", p.RunID, err)
+	case session != "" && session != at:
+		return "", 0, false, nil
+	default:
+		session = at
+	}
+	if session == "" {
+		return "", 0, false, nil
+	}
+	return session, max(p.AfterSeq, first-1), true, nil
 }

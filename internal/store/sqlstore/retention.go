@@ -183,6 +183,34 @@ func (q *queries) SessionPurging(ctx context.Context, sessionID string) (bool, e
 	return n > 0, nil
 }
 
+// SessionGetForRun reads the session with its purge count in one statement,
+// locking the row on PostgreSQL as SessionPurging does (issue 13: one round
+// trip where a run's start took three).
+func (q *queries) SessionGetForRun(ctx context.Context, sessionID string) (*store.Session, bool, error) {
+	// The session's columns are unqualified: only the subquery names
+	// session_purges, and under its own alias.
+	query := `SELECT ` + sessionCols + `,
+		(SELECT COUNT(*) FROM session_purges p WHERE p.session_id = s.session_id) FROM sessions s WHERE s.session_id = ?`
+	if q.d.Name == "postgres" {
+		query += ` FOR UPDATE OF s`
+	}
+	var purges int64
+	sess, err := scanSession(scanThen{q.queryRow(ctx, true, query, sessionID), []any{&purges}})
+	if err != nil {
+		return nil, false, fmt.Errorf("get session %s: %w", sessionID, mapErr(q.d, err))
+	}
+	return sess, purges > 0, nil
+}
+
+// scanThen scans a row whose leading columns a scanX function reads into
+// those and then into tail (the columns a query adds after them).
+type scanThen struct {
+	row  interface{ Scan(...any) error }
+	tail []any
+}
+
+func (s scanThen) Scan(dest ...any) error { return s.row.Scan(append(dest, s.tail...)...) }
+
 // SessionPurgesStale lists purges not touched since staleBefore.
 func (q *queries) SessionPurgesStale(ctx context.Context, staleBefore int64, limit int) ([]*store.SessionPurge, error) {
 	rows, err := q.query(ctx, `SELECT session_id, owner, started_at, reason FROM session_purges WHERE done_at IS NULL AND started_at < ? ORDER BY started_at LIMIT ?`, staleBefore, limit)

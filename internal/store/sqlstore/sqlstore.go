@@ -141,6 +141,16 @@ func (db *DB) EventsAppend(ctx context.Context, events []store.EventParams) (out
 	return out, err
 }
 
+// EventsAppendNotify outside a caller's transaction runs in one of its own,
+// for the same reason.
+func (db *DB) EventsAppendNotify(ctx context.Context, events []store.EventParams, origin string, sessionIDs []string) (out []store.Event, err error) {
+	err = db.InTx(ctx, func(tx store.Queries) error {
+		out, err = tx.EventsAppendNotify(ctx, events, origin, sessionIDs)
+		return err
+	})
+	return out, err
+}
+
 // querier is what *sql.DB and *sql.Tx share.
 type querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
@@ -164,8 +174,8 @@ type queries struct {
 }
 
 // ObserveQueries has fn told the text of every statement the store runs
-// from now on, inside transactions too. It is a test seam: the query-plan
-// audit (testdb.AuditQueryPlans) collects the statements a test suite runs
+// from now on, inside transactions too, as sent to the database (bind).
+// It is a test seam: the query-plan audit (testdb.AuditQueryPlans) collects the statements a test suite runs
 // and checks none of them scans a table that grows. Set it before the
 // store is used.
 func (db *DB) ObserveQueries(fn func(query string)) { db.observe = fn }
@@ -189,11 +199,32 @@ func (q *queries) prepared(ctx context.Context, write bool, query string) *sql.S
 
 var rebound sync.Map // query text -> numbered form
 
-// bind turns "?" placeholders into $n for PostgreSQL. Queries are constants,
-// so the result is cached.
+// sqliteParams keeps SQLite from re-planning prepared statements. Since
+// 3.47 its planner reads the bound value of a bare parameter in two
+// places — a LIMIT, and an equality it compares with a partial index's
+// condition (type = ? against events_llm_done's type = 'llm_call_done',
+// parent_run_id = ? against the active-root indexes' parent_run_id = ”) —
+// and a statement that did so is parsed and planned again after every new
+// binding of that parameter: every prepared listing (a run's transcript, a
+// session's events) and a run end's read of its LLM calls, on every call
+// (9 % of the server's CPU in the A2A benchmark). A unary plus is the same
+// value but not a bare parameter, so the plan is kept. PostgreSQL would
+// type "+$n" as a number, so it keeps the plain form.
+var sqliteParams = strings.NewReplacer("LIMIT ?", "LIMIT +?", "type = ?", "type = +?", "parent_run_id = ?", "parent_run_id = +?")
+
+var sqliteBound sync.Map // query text -> SQLite form
+
+// bind turns "?" placeholders into $n for PostgreSQL, and rewrites a few of
+// them for SQLite (sqliteParams). Queries are constants, so the result is
+// cached.
 func (q *queries) bind(query string) string {
 	if !q.d.Numbered {
-		return query
+		if s, ok := sqliteBound.Load(query); ok {
+			return s.(string)
+		}
+		s := sqliteParams.Replace(query)
+		sqliteBound.Store(query, s)
+		return s
 	}
 	if s, ok := rebound.Load(query); ok {
 		return s.(string)
@@ -220,7 +251,7 @@ func (q *queries) bind(query string) string {
 
 func (q *queries) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	if q.observe != nil {
-		q.observe(query)
+		q.observe(q.bind(query))
 	}
 	if s := q.prepared(ctx, true, query); s != nil {
 		res, err := s.ExecContext(ctx, q.escape(args)...)
@@ -232,7 +263,7 @@ func (q *queries) exec(ctx context.Context, query string, args ...any) (sql.Resu
 
 func (q *queries) queryRow(ctx context.Context, write bool, query string, args ...any) *row {
 	if q.observe != nil {
-		q.observe(query)
+		q.observe(q.bind(query))
 	}
 	if s := q.prepared(ctx, write, query); s != nil {
 		return &row{r: s.QueryRowContext(ctx, q.escape(args)...), q: q}
@@ -256,7 +287,7 @@ func (q *queries) queryWrite(ctx context.Context, query string, args ...any) (*r
 
 func (q *queries) queryOn(ctx context.Context, write bool, query string, args []any) (*rows, error) {
 	if q.observe != nil {
-		q.observe(query)
+		q.observe(q.bind(query))
 	}
 	var rs *sql.Rows
 	var err error

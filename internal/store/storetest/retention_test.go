@@ -84,8 +84,17 @@ func TestSessionPurge(t *testing.T) {
 		if purging, err := s.SessionPurging(ctx, old); err != nil || purging {
 			t.Fatalf("purging before = %v, %v", purging, err)
 		}
+		if sess, purging, err := s.SessionGetForRun(ctx, old); err != nil || purging || sess.SessionID != old || sess.LastSeq != 23 {
+			t.Fatalf("for a run before: %+v, %v, %v", sess, purging, err)
+		}
 		if err := begin(old, 501); err != nil {
 			t.Fatal(err)
+		}
+		if sess, purging, err := s.SessionGetForRun(ctx, old); err != nil || !purging || sess.SessionID != old {
+			t.Fatalf("for a run while purging: %+v, %v, %v", sess, purging, err)
+		}
+		if _, _, err := s.SessionGetForRun(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("for a run of no session: %v", err)
 		}
 		if err := begin(old, 501); !errors.Is(err, store.ErrConflict) {
 			t.Fatalf("a second purge: %v", err)

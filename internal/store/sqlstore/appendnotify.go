@@ -1,0 +1,110 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/agentplane/agentplane/internal/store"
+)
+
+// EventsAppendNotify is EventsAppend followed by EventsNotify(origin,
+// sessionIDs) — the last statements of every event-log transaction.
+//
+// On PostgreSQL, when the events are one session's and few (a tool call's
+// step, a run's start or end: the sequential paths), the seq bump, the
+// insert and the NOTIFY are one statement: one round trip instead of three,
+// twice per tool call (issue 13). The statement keeps what the three did: the
+// UPDATE of the session's counter takes its row lock before any event row is
+// written, the seqs are the counter's new values in order, and the NOTIFY is
+// still delivered only if the transaction commits. Anything larger takes
+// the general path.
+func (q *queries) EventsAppendNotify(ctx context.Context, events []store.EventParams, origin string, sessionIDs []string) ([]store.Event, error) {
+	if q.d.Name == "postgres" && fusable(events, origin, sessionIDs) {
+		return q.appendNotifyOne(ctx, events, origin, sessionIDs)
+	}
+	out, err := q.EventsAppend(ctx, events)
+	if err != nil {
+		return nil, err
+	}
+	return out, q.EventsNotify(ctx, origin, sessionIDs)
+}
+
+// fusable reports whether one statement can carry the append and its
+// NOTIFY: 1 to exactChunk events of a single session (so the statement
+// texts stay few: one per count) and a payload that fits one NOTIFY.
+func fusable(events []store.EventParams, origin string, sessionIDs []string) bool {
+	if len(events) == 0 || len(events) > exactChunk || len(sessionIDs) == 0 {
+		return false
+	}
+	s := events[0].SessionID
+	for i := range events {
+		if events[i].SessionID != s {
+			return false
+		}
+	}
+	n := len(origin) + 1
+	for _, id := range sessionIDs {
+		n += len(id) + 1
+	}
+	return n <= notifyPayloadMax
+}
+
+var fusedAppendTexts sync.Map // event count → statement text
+
+// fusedAppendText is the one-statement append of n events of one session:
+// the counter's UPDATE returns the new last seq, the INSERT numbers the
+// rows from it, and the final SELECT returns it after sending the NOTIFY.
+// Data-modifying WITH clauses run exactly once whether or not they are
+// referenced, and a volatile function in FROM is not optimised away.
+func fusedAppendText(n int) string {
+	if s, ok := fusedAppendTexts.Load(n); ok {
+		return s.(string)
+	}
+	var b strings.Builder
+	b.WriteString(`WITH s AS (UPDATE sessions SET last_seq = last_seq + CAST(? AS BIGINT) WHERE session_id = ? RETURNING last_seq), `)
+	b.WriteString(`ins AS (INSERT INTO events (` + eventCols + `) `)
+	b.WriteString(`SELECT v.event_id, v.session_id, s.last_seq - CAST(? AS BIGINT) + v.k, v.run_id, v.parent_run_id, v.ts, v.type, v.payload FROM s, (VALUES `)
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS TEXT), CAST(? AS TEXT))")
+	}
+	b.WriteString(`) AS v (event_id, session_id, k, run_id, parent_run_id, ts, type, payload)) `)
+	b.WriteString(`SELECT s.last_seq FROM s, (SELECT pg_notify(?, ?)) AS n`)
+	s := b.String()
+	fusedAppendTexts.Store(n, s)
+	return s
+}
+
+func (q *queries) appendNotifyOne(ctx context.Context, events []store.EventParams, origin string, sessionIDs []string) ([]store.Event, error) {
+	n := int64(len(events))
+	session := events[0].SessionID
+	out := make([]store.Event, len(events))
+	args := make([]any, 0, 3+8*len(events)+2)
+	args = append(args, n, session, n)
+	for i := range events {
+		// Seq is k for now: the statement numbers the rows from the
+		// counter, k = 1 being the first new seq; fixed up below.
+		out[i] = newEvent(&events[i], int64(i+1))
+		e := &out[i]
+		args = append(args, e.EventID, e.SessionID, e.Seq, e.RunID, e.ParentRunID, e.TS, e.Type, string(e.Payload))
+	}
+	args = append(args, store.NotifyChannel, origin+" "+strings.Join(sessionIDs, ","))
+	var last int64
+	err := q.queryRow(ctx, true, fusedAppendText(len(events)), args...).Scan(&last)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("allocate seq for session %s: %w", session, store.ErrNotFound)
+		}
+		return nil, fmt.Errorf("insert %d events: %w", len(events), err)
+	}
+	base := last - n
+	for i := range out {
+		out[i].Seq += base
+	}
+	return out, nil
+}
