@@ -151,6 +151,11 @@ type ToolCallInsertParams struct {
 	// call is inserted POLICY_CHECKED with it (CREATED → POLICY_CHECKED in
 	// the same statement, one round trip fewer).
 	Policy json.RawMessage
+	// ClaimDeadlineAt, when above zero (Policy set), inserts the call
+	// already dispatched and claimed by the inserter: RUNNING, attempt 1,
+	// due at ClaimDeadlineAt — what POLICY_CHECKED → DISPATCHED → RUNNING
+	// would leave, without the UPDATE (issue 13).
+	ClaimDeadlineAt int64
 }
 
 // ToolCallTransitionParams moves tool call ID to Status if it is currently

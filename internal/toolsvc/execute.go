@@ -32,14 +32,14 @@ func (s *Service) startExec(c *store.ToolCall) { s.startExecFrom(trace.SpanConte
 // dispatched c (DESIGN §14), the parent of the execution's span.
 func (s *Service) startExecFrom(parent trace.SpanContext, c *store.ToolCall) {
 	s.execWG.Add(1)
-	go func() {
+	s.workers.run(func() {
 		defer s.execWG.Done()
 		ctx := s.execCtx
 		if parent.IsValid() {
 			ctx = trace.ContextWithSpanContext(ctx, parent)
 		}
 		s.execute(ctx, c)
-	}()
+	})
 }
 
 // execute claims c (DISPATCHED → RUNNING, a guarded transition: whoever
@@ -128,6 +128,12 @@ func (st *step) dispatchClaimed(c *store.ToolCall, rec policyRecord, deadline in
 	if err != nil {
 		return cur, err
 	}
+	return st.claimed(cur, rec)
+}
+
+// claimed records what dispatch and claim record for cur, a call this
+// step moved (or inserted) to RUNNING, and sends it after the commit.
+func (st *step) claimed(cur *store.ToolCall, rec policyRecord) (*store.ToolCall, error) {
 	// The run's state follows the dispatch (detail: DISPATCHED, as a
 	// dispatch without the claim would say).
 	shown := *cur
@@ -146,7 +152,7 @@ func (st *step) dispatchClaimed(c *store.ToolCall, rec policyRecord, deadline in
 // parent of the execution's span, as in startExecFrom.
 func (s *Service) startClaimed(parent trace.SpanContext, cc claimedCall) {
 	s.execWG.Add(1)
-	go func() {
+	s.workers.run(func() {
 		defer s.execWG.Done()
 		defer s.held.drop(cc.c.ToolCallID)
 		ctx := s.execCtx
@@ -158,7 +164,7 @@ func (s *Service) startClaimed(parent trace.SpanContext, cc claimedCall) {
 			log = log.With(tl...)
 		}
 		s.send(ctx, cc, log)
-	}()
+	})
 }
 
 // send POSTs a claimed call (or calls its MCP server) and records the

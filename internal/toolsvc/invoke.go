@@ -53,7 +53,16 @@ func (s *Service) invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 	if err != nil {
 		return nil, err
 	}
-	run, err := s.st.RunGet(ctx, p.RunID)
+	// The run's facts (whose agent, session and user it is) never change:
+	// read once. Whether it may still call a tool is decided in the
+	// transaction, under the run's lock.
+	run := s.runs.get(p.RunID)
+	known := run != nil
+	if !known {
+		if run, err = s.st.RunGet(ctx, p.RunID); err == nil {
+			s.runs.put(run)
+		}
+	}
 	if errors.Is(err, store.ErrNotFound) || (err == nil && run.AgentID != p.AgentID) {
 		return nil, ErrRunForbidden
 	}
@@ -120,15 +129,23 @@ func (s *Service) invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 	// need not be read back.
 	w := s.waiters.add(callID, run.SessionID)
 	defer s.waiters.remove(w)
+	// An allowed server or MCP call is inserted dispatched and claimed by
+	// this process, which holds its arguments (in the row, or held above):
+	// the row dispatch would leave, in the insert (issue 13).
+	claim := decision.Decision == tool.DecisionAllow && (t.Def.Kind == tool.KindServer || t.Def.Kind == tool.KindMCP)
 	var existing, made *store.ToolCall
 	_, err = s.commit(ctx, run.SessionID, run.RunID, func(st *step) error {
 		existing, made = nil, nil
-		c, err := st.q.ToolCallInsert(st.ctx, &store.ToolCallInsertParams{
+		ip := &store.ToolCallInsertParams{
 			ToolCallID: callID, RunID: run.RunID, SessionID: run.SessionID, AgentID: p.AgentID,
 			ToolName: t.Def.Name, Kind: t.Def.Kind, Args: stored, IdempotencyKey: p.IdempotencyKey,
 			ArgsHash: hash, TimeoutMS: timeout, At: st.at,
 			Policy: rec, // decided above: inserted POLICY_CHECKED
-		})
+		}
+		if claim {
+			ip.ClaimDeadlineAt = st.at + timeout
+		}
+		c, err := st.q.ToolCallInsert(st.ctx, ip)
 		if errors.Is(err, store.ErrDuplicate) {
 			existing = c
 			return nil
@@ -161,6 +178,10 @@ func (s *Service) invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 		case tool.DecisionRequireApproval:
 			return st.requestApproval(c, t, approvalID)
 		default:
+			if c.Status == store.ToolCallRunning { // claimed by the insert
+				made, err = st.claimed(c, recordOf(c))
+				return err
+			}
 			made, err = st.dispatch(c)
 			return err
 		}
@@ -172,6 +193,12 @@ func (s *Service) invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 	}
 	if errors.Is(err, errRunEnded) {
 		return nil, ErrRunNotActive
+	}
+	if errors.Is(err, store.ErrNotFound) && known {
+		// Known here, gone from the store (its session was purged):
+		// answered as for any run the store does not hold.
+		s.runs.drop(p.RunID)
+		return nil, ErrRunForbidden
 	}
 	if err != nil {
 		return nil, err

@@ -51,11 +51,29 @@ type MCPCall struct {
 }
 
 // MCPResult is a tools/call answer: the content blocks and
-// structuredContent as they came on the wire.
+// structuredContent as they came on the wire, each valid JSON (the
+// source decoded or encoded them) or empty.
 type MCPResult struct {
 	Content           json.RawMessage
 	StructuredContent json.RawMessage
 	IsError           bool
+}
+
+// JSON is a call's result as the platform records it (and a failed
+// call's error detail): {"content": [...], "structuredContent": ...},
+// the latter only when the server sent one. Put together from the parts,
+// which are valid JSON already, rather than re-validated by json.Marshal.
+func (r *MCPResult) JSON() json.RawMessage {
+	b := make([]byte, 0, len(`{"content":,"structuredContent":}`)+2+len(r.Content)+len(r.StructuredContent))
+	content := r.Content
+	if len(content) == 0 {
+		content = json.RawMessage(`[]`)
+	}
+	b = append(append(b, `{"content":`...), content...)
+	if len(r.StructuredContent) > 0 {
+		b = append(append(b, `,"structuredContent":`...), r.StructuredContent...)
+	}
+	return append(b, '}')
 }
 
 // What CallMCP failures mean (wrapped in the error it returns). Anything

@@ -50,7 +50,7 @@ func (s *Service) callMCP(ctx context.Context, c *store.ToolCall, args json.RawM
 		// arguments on some servers): the tool's own failure.
 		return store.ToolCallFailed, nil, errorJSON("tool_error", "the MCP server answered with an error: "+err.Error(), nil)
 	}
-	body, _ := json.Marshal(mcpResultJSON{Content: res.Content, StructuredContent: res.StructuredContent})
+	body := res.JSON()
 	if res.IsError {
 		return store.ToolCallFailed, nil, errorJSON("tool_error", "the MCP tool failed: "+truncate(firstText(res.Content), 512), body)
 	}
@@ -58,14 +58,6 @@ func (s *Service) callMCP(ctx context.Context, c *store.ToolCall, args json.RawM
 		return store.ToolCallFailed, nil, errorJSON("tool_protocol_error", fmt.Sprintf("the MCP tool's answer is larger than %d bytes", maxResultBytes), nil)
 	}
 	return store.ToolCallSucceeded, body, nil
-}
-
-// mcpResultJSON is a successful MCP call's result (and a failed one's
-// error detail): the content blocks as the server sent them (text, image,
-// audio, resource, resource_link) and its structuredContent.
-type mcpResultJSON struct {
-	Content           json.RawMessage `json:"content"`
-	StructuredContent json.RawMessage `json:"structuredContent,omitempty"`
 }
 
 // firstText is the text of the first text block of content, for a

@@ -88,9 +88,11 @@ type Service struct {
 	waiters    *waiters
 	inflight   mcpInflight
 	held       heldArgs // real args of redacted calls (redact.go)
+	runs       runFacts // what never changes about runs (runfacts.go)
 
 	execCtx    context.Context
 	execCancel context.CancelFunc
+	workers    *workers // run the sends of claimed calls (workers.go)
 	execWG     sync.WaitGroup
 
 	calls    *metrics.CounterVec
@@ -132,6 +134,7 @@ func New(log *eventlog.Log, opts Options) *Service {
 	s := &Service{log: log, st: log.Store(), opts: opts, waiters: newWaiters()}
 	s.registry.st = s.st
 	s.execCtx, s.execCancel = context.WithCancel(context.Background())
+	s.workers = newWorkers(s.execCtx.Done(), workerKeep)
 	s.calls, s.duration = metrics.ToolCalls(opts.Metrics), metrics.ToolCallDuration(opts.Metrics)
 	s.offline, s.waited = metrics.ClientOffline(opts.Metrics), metrics.ApprovalWait(opts.Metrics)
 	s.runsEnd, s.runsDur = metrics.RunsFinished(opts.Metrics), metrics.RunDuration(opts.Metrics)

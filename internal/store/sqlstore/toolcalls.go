@@ -52,11 +52,16 @@ func (q *queries) ToolCallInsert(ctx context.Context, p *store.ToolCallInsertPar
 	if len(p.Policy) > 0 {
 		status = store.ToolCallPolicyChecked
 	}
+	var deadline any // NULL
+	attempts := 0
+	if p.ClaimDeadlineAt > 0 && len(p.Policy) > 0 {
+		status, deadline, attempts = store.ToolCallRunning, p.ClaimDeadlineAt, 1
+	}
 	c, err := scanToolCall(q.queryRow(ctx, true, `INSERT INTO tool_calls (tool_call_id, run_id, session_id, agent_id, tool_name, kind, status,
-			args, idempotency_key, args_hash, timeout_ms, created_at, updated_at, policy)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING `+toolCallCols,
+			args, idempotency_key, args_hash, timeout_ms, created_at, updated_at, policy, deadline_at, attempts)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING `+toolCallCols,
 		p.ToolCallID, p.RunID, p.SessionID, p.AgentID, p.ToolName, p.Kind, status,
-		jsonArg(p.Args, "{}"), p.IdempotencyKey, p.ArgsHash, p.TimeoutMS, p.At, p.At, jsonArg(p.Policy, "")))
+		jsonArg(p.Args, "{}"), p.IdempotencyKey, p.ArgsHash, p.TimeoutMS, p.At, p.At, jsonArg(p.Policy, ""), deadline, attempts))
 	if err == nil {
 		return c, nil
 	}

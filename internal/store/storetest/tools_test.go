@@ -1042,3 +1042,52 @@ func TestToolCallInsertDecidedAndVia(t *testing.T) {
 		}
 	})
 }
+
+// An allowed call can be inserted already dispatched and claimed: the row
+// a transition through DISPATCHED to RUNNING would leave, and no second
+// claim can take it.
+func TestToolCallInsertClaimed(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		s := testdb.Open(t, dialect)
+		ctx := context.Background()
+		sid, rid := newRun(t, s)
+		p := callParams(sid, rid, "k1")
+		p.Policy = json.RawMessage(`{"decision":"allow","rule":"default"}`)
+		p.ClaimDeadlineAt = p.At + 5000
+		c, err := s.ToolCallInsert(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.ToolCallGet(ctx, c.ToolCallID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []*store.ToolCall{c, got} {
+			if r.Status != store.ToolCallRunning || r.Attempts != 1 || r.DeadlineAt != p.At+5000 || r.UpdatedAt != p.At || r.EndedAt != 0 {
+				t.Fatalf("inserted claimed: %+v", r)
+			}
+		}
+		if _, err := s.ToolCallTransition(ctx, &store.ToolCallTransitionParams{ID: c.ToolCallID, From: []string{store.ToolCallDispatched}, Status: store.ToolCallRunning, At: p.At + 1, IncAttempts: true}); !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("a claim of the claimed call: %v", err)
+		}
+		// Found by the deadline sweep like any running call.
+		due, err := s.ToolCallListDue(ctx, &store.ToolCallListDueParams{Now: p.At + 5000, Limit: 10})
+		if err != nil || len(due) != 1 || due[0].ToolCallID != c.ToolCallID {
+			t.Fatalf("due at its deadline: %v, %v", due, err)
+		}
+		// The same key again is the same call, unclaimed twice.
+		p2 := callParams(sid, rid, "k1")
+		p2.Policy, p2.ClaimDeadlineAt = p.Policy, p.At+9000
+		dup, err := s.ToolCallInsert(ctx, p2)
+		if !errors.Is(err, store.ErrDuplicate) || dup.ToolCallID != c.ToolCallID || dup.Attempts != 1 {
+			t.Fatalf("a duplicate key: %+v, %v", dup, err)
+		}
+		// Without a policy the claim is ignored: a CREATED call is not run.
+		p3 := callParams(sid, rid, "")
+		p3.ClaimDeadlineAt = p3.At + 5000
+		c3, err := s.ToolCallInsert(ctx, p3)
+		if err != nil || c3.Status != store.ToolCallCreated || c3.Attempts != 0 || c3.DeadlineAt != 0 {
+			t.Fatalf("claim without a policy: %+v, %v", c3, err)
+		}
+	})
+}
