@@ -13,30 +13,51 @@ import (
 
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/toolsvc"
+	"github.com/agentplane/agentplane/internal/tracing"
 )
 
 // CallMCP implements toolsvc.MCPSource: one tools/call on the server's
-// live session. Cancelling ctx makes the SDK send notifications/cancelled.
-// A server without a session fails at once with ErrMCPUnreachable; a
-// session lost during the call, with ErrMCPOutcomeUnknown.
+// live session — a POST of its own on a Streamable HTTP session
+// (httpcall.go), the SDK's CallTool on a stdio one. Cancelling ctx sends
+// notifications/cancelled. A server without a session fails at once with
+// ErrMCPUnreachable; a session lost during the call, with
+// ErrMCPOutcomeUnknown.
 func (m *Manager) CallMCP(ctx context.Context, call toolsvc.MCPCall) (*toolsvc.MCPResult, error) {
 	c := m.conn(call.Server)
 	if c == nil {
 		return nil, fmt.Errorf("%w: no MCP server named %s is registered", toolsvc.ErrMCPUnreachable, call.Server)
 	}
-	cs, why := c.currentSession()
+	cs, hc, why := c.currentSession()
 	if cs == nil {
 		return nil, fmt.Errorf("%w: MCP server %s is not connected (%s)", toolsvc.ErrMCPUnreachable, call.Server, why)
 	}
 	args := call.Args
-	if len(args) == 0 {
+	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage(`{}`)
 	}
-	params := &mcp.CallToolParams{Name: call.Tool, Arguments: args}
+	token, onProgress := "", call.OnProgress
 	if call.ProgressToken != "" && call.OnProgress != nil {
-		params.Meta = mcp.Meta{"progressToken": call.ProgressToken}
-		c.progress.Store(call.ProgressToken, call.OnProgress)
-		defer c.progress.Delete(call.ProgressToken)
+		token = call.ProgressToken
+		// Also for a direct call: a server may send the progress on the
+		// session's standalone stream, which the SDK reads.
+		defer c.onProgress(token, onProgress)()
+	}
+	if s, ok := c.directSession(cs, hc); ok && !sdkCalls {
+		return c.callHTTP(ctx, s, call.Tool, args, token, onProgress)
+	}
+	params := &mcp.CallToolParams{Name: call.Tool, Arguments: args}
+	meta := mcp.Meta{}
+	if token != "" {
+		meta["progressToken"] = token
+	}
+	// A stdio server has no headers to carry the trace context: it goes in
+	// the request's _meta, where OpenTelemetry's MCP conventions put it,
+	// so the server's spans can join the run's trace (DESIGN §14).
+	if tp := tracing.Traceparent(ctx); tp != "" {
+		meta["traceparent"] = tp
+	}
+	if len(meta) > 0 {
+		params.Meta = meta
 	}
 	res, err := callTool(ctx, cs, params)
 	if err != nil {
@@ -55,6 +76,10 @@ func (m *Manager) CallMCP(ctx context.Context, call toolsvc.MCPCall) (*toolsvc.M
 	}
 	return out, nil
 }
+
+// sdkCalls makes every tools/call go through the SDK (tests and
+// benchmarks compare the two ways).
+var sdkCalls = false
 
 // answeredGrace bounds how long the HTTP exchange of an answered
 // tools/call may go on after its answer (see callTool).

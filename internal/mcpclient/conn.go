@@ -68,7 +68,18 @@ type conn struct {
 	protocol        string
 	serverInfo      *mcp.Implementation
 
-	progress sync.Map // progress token → func(progress, total float64, message string)
+	// progress holds the running calls' progress handlers by token.
+	// A mutex and a map, not a sync.Map: every call adds a new key and
+	// removes it, the pattern a sync.Map handles worst.
+	progressMu sync.Mutex
+	progress   map[string]func(progress, total float64, message string)
+	// hc is a Streamable HTTP server's client for its sessions' transport;
+	// direct is the same without headerTransport, for the direct
+	// tools/call requests (httpcall.go), which carry the spec's headers
+	// and trace context from the start instead of being cloned to add
+	// them. Both share the manager's transport, so its connections and
+	// SSRF-guarded dialer.
+	hc, direct *http.Client
 }
 
 // SkippedTool is a tool a server lists that the platform cannot offer.
@@ -188,19 +199,11 @@ func (c *conn) connect() (*mcp.ClientSession, func(), error) {
 		keepAlive = 0
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "agentplane", Version: "1"}, &mcp.ClientOptions{
-		KeepAlive: keepAlive,
-		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
-			select {
-			case c.relist <- struct{}{}:
-			default:
-			}
-		},
+		KeepAlive:              keepAlive,
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { c.toolsChanged() },
 		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
-			if r.Params == nil {
-				return
-			}
-			if fn, ok := c.progress.Load(fmt.Sprint(r.Params.ProgressToken)); ok {
-				fn.(func(float64, float64, string))(r.Params.Progress, r.Params.Total, r.Params.Message)
+			if r.Params != nil {
+				c.notifyProgress(fmt.Sprint(r.Params.ProgressToken), r.Params.Progress, r.Params.Total, r.Params.Message)
 			}
 		},
 		LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
@@ -213,9 +216,16 @@ func (c *conn) connect() (*mcp.ClientSession, func(), error) {
 	cleanup := func() {}
 	switch c.spec.Transport {
 	case TransportStreamableHTTP:
+		c.mu.Lock()
+		if c.hc == nil {
+			c.hc = &http.Client{Transport: headerTransport{base: c.m.http.Transport, headers: c.spec.Headers}, CheckRedirect: c.m.http.CheckRedirect}
+			c.direct = &http.Client{Transport: c.m.http.Transport, CheckRedirect: c.m.http.CheckRedirect}
+		}
+		hc := c.hc
+		c.mu.Unlock()
 		transport = &mcp.StreamableClientTransport{
 			Endpoint:   c.spec.URL,
-			HTTPClient: &http.Client{Transport: headerTransport{base: c.m.http.Transport, headers: c.spec.Headers}, CheckRedirect: c.m.http.CheckRedirect},
+			HTTPClient: hc,
 			// Fail at once when the server's stream breaks: this conn
 			// reconnects itself, with its own backoff and status.
 			MaxRetries: -1,
@@ -312,18 +322,54 @@ func (c *conn) toolsNow() []tool.MCPListedTool {
 	return c.tools
 }
 
-// currentSession is the live session, or nil and why not.
-func (c *conn) currentSession() (*mcp.ClientSession, string) {
+// toolsChanged asks serve to list the server's tools again.
+func (c *conn) toolsChanged() {
+	select {
+	case c.relist <- struct{}{}:
+	default:
+	}
+}
+
+// notifyProgress hands a progress notification to the call that asked
+// for it with token, if it is still running.
+func (c *conn) notifyProgress(token string, progress, total float64, message string) {
+	c.progressMu.Lock()
+	fn := c.progress[token]
+	c.progressMu.Unlock()
+	if fn != nil {
+		fn(progress, total, message)
+	}
+}
+
+// onProgress registers fn for the progress of the call with token until
+// the returned func is called.
+func (c *conn) onProgress(token string, fn func(progress, total float64, message string)) (remove func()) {
+	c.progressMu.Lock()
+	if c.progress == nil {
+		c.progress = map[string]func(float64, float64, string){}
+	}
+	c.progress[token] = fn
+	c.progressMu.Unlock()
+	return func() {
+		c.progressMu.Lock()
+		delete(c.progress, token)
+		c.progressMu.Unlock()
+	}
+}
+
+// currentSession is the live session and, for a Streamable HTTP server,
+// the HTTP client of its direct calls; or nil and why not.
+func (c *conn) currentSession() (*mcp.ClientSession, *http.Client, string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.session != nil {
-		return c.session, ""
+		return c.session, c.direct, ""
 	}
 	why := "it is " + c.status
 	if c.lastError != "" {
 		why += ": " + c.lastError
 	}
-	return nil, why
+	return nil, nil, why
 }
 
 // snapshot is the conn as the tool service sees it.
@@ -354,12 +400,17 @@ func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	traced := trace.SpanContextFromContext(r.Context()).IsValid()
 	if len(h.headers) > 0 || traced {
 		r = r.Clone(r.Context())
-		for k, v := range h.headers {
-			r.Header.Set(k, v)
-		}
-		tracing.Inject(r.Context(), r.Header) // nothing without a span
+		setHeaders(r.Context(), r.Header, h.headers)
 	}
 	return h.base.RoundTrip(r)
+}
+
+// setHeaders sets a server entry's headers and ctx's trace context on h.
+func setHeaders(ctx context.Context, h http.Header, headers map[string]string) {
+	for k, v := range headers {
+		h.Set(k, v)
+	}
+	tracing.Inject(ctx, h) // nothing without a span
 }
 
 // sleep waits d or until ctx ends, reporting whether d passed.

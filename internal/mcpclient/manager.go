@@ -75,6 +75,8 @@ type Manager struct {
 	mu      sync.Mutex
 	conns   map[string]*conn
 	version atomic.Uint64
+	// callSeq numbers the tools/call requests sent directly (httpcall.go).
+	callSeq atomic.Uint64
 
 	ctx      context.Context
 	cancel   context.CancelFunc

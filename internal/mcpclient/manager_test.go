@@ -43,7 +43,7 @@ func (l *logBuffer) String() string {
 	return l.buf.String()
 }
 
-func newManager(t *testing.T, dialect string, logs *logBuffer) *mcpclient.Manager {
+func newManager(t testing.TB, dialect string, logs *logBuffer) *mcpclient.Manager {
 	t.Helper()
 	allow, err := agent.ParseAllowlist("127.0.0.1/32")
 	if err != nil {
@@ -170,23 +170,7 @@ func TestStreamableHTTPServer(t *testing.T) {
 		mu.Unlock()
 
 		// Cancelling the call's ctx cancels it on the server.
-		cctx, ccancel := context.WithCancel(ctx)
-		errc := make(chan error, 1)
-		go func() {
-			_, err := m.CallMCP(cctx, toolsvc.MCPCall{Server: "web", Tool: "slow", Args: json.RawMessage(`{}`)})
-			errc <- err
-		}()
-		<-srv.ev.slowStarted
-		ccancel()
-		if err := <-errc; !errors.Is(err, context.Canceled) {
-			t.Fatalf("cancelled call: %v", err)
-		}
-		select {
-		case why := <-srv.ev.slowCancelled:
-			t.Logf("the server's handler ended: %s", why)
-		case <-time.After(30 * time.Second):
-			t.Fatal("the server never saw the cancellation")
-		}
+		t.Logf("the server's handler ended: %s", cancelSlowCall(t, ctx, m, srv))
 		waitFor(t, "notifications/cancelled on the wire", func() bool { return srv.posted(`"method":"notifications/cancelled"`) })
 
 		// A tool added at run time arrives with notifications/tools/list_changed.
@@ -285,16 +269,25 @@ func TestStdioServer(t *testing.T) {
 			return strings.Contains(logs.String(), `"mcp_server":"local"`) && strings.Contains(logs.String(), "test stdio server starting")
 		})
 
-		res, err := call(m, "local", "env", `{}`)
+		// Made in a span: the trace context goes in the request's _meta
+		// (a stdio server has no headers).
+		const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+		tctx, cancel := context.WithTimeout(tracing.WithTraceparent(ctx, tp), 30*time.Second)
+		defer cancel()
+		res, err := m.CallMCP(tctx, toolsvc.MCPCall{Server: "local", Tool: "env", Args: json.RawMessage(`{}`)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var out struct {
-			Env []string `json:"env"`
-			PID int      `json:"pid"`
+			Env  []string       `json:"env"`
+			PID  int            `json:"pid"`
+			Meta map[string]any `json:"meta"`
 		}
 		if err := json.Unmarshal(res.StructuredContent, &out); err != nil {
 			t.Fatal(err)
+		}
+		if out.Meta["traceparent"] != tp {
+			t.Errorf("the stdio server got _meta %v, want traceparent %s", out.Meta, tp)
 		}
 		for _, kv := range out.Env {
 			k, _, _ := strings.Cut(kv, "=")
@@ -384,11 +377,14 @@ func TestSpecChecks(t *testing.T) {
 }
 
 // A tools/call made in a span carries its traceparent to the MCP server,
-// as a server tool's POST does; requests outside a span carry none.
+// as a server tool's POST does; requests outside a span carry none. Every
+// request, the SDK's and the platform's own tools/call, carries the
+// spec's headers.
 func TestStreamableHTTPCallCarriesTraceparent(t *testing.T) {
 	srv := startHTTPServer(t)
 	m := newManager(t, "sqlite", nil)
-	if _, _, err := m.Put(context.Background(), &mcpclient.Spec{Name: "web", Transport: mcpclient.TransportStreamableHTTP, URL: srv.URL()}); err != nil {
+	if _, _, err := m.Put(context.Background(), &mcpclient.Spec{Name: "web", Transport: mcpclient.TransportStreamableHTTP, URL: srv.URL(),
+		Headers: map[string]string{"x-api-key": "s3cret"}}); err != nil {
 		t.Fatal(err)
 	}
 	waitStatus(t, m, "web", mcpclient.StatusConnected, 1)
@@ -403,6 +399,9 @@ func TestStreamableHTTPCallCarriesTraceparent(t *testing.T) {
 	defer srv.mu.Unlock()
 	var sawCall bool
 	for i, body := range srv.posts {
+		if srv.apiKeys[i] != "s3cret" {
+			t.Errorf("%s sent with X-Api-Key %q, want the spec's", body, srv.apiKeys[i])
+		}
 		if strings.Contains(body, `"method":"tools/call"`) {
 			sawCall = true
 			if srv.traceparents[i] != tp {

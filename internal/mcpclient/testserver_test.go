@@ -3,6 +3,8 @@ package mcpclient_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +17,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentplane/agentplane/internal/mcpclient"
+	"github.com/agentplane/agentplane/internal/toolsvc"
 )
 
 // The MCP servers these tests connect to are real go-sdk servers: over
@@ -86,8 +91,18 @@ func newTestServer(ev *serverEvents) *mcp.Server {
 		}
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
 	})
-	mcp.AddTool(s, &mcp.Tool{Name: "env", Description: "Its process's environment."}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, map[string]any, error) {
-		return nil, map[string]any{"env": os.Environ(), "pid": os.Getpid()}, nil
+	mcp.AddTool(s, &mcp.Tool{Name: "asks", Description: "Asks the client for a ping and its roots while it runs."}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		if err := req.Session.Ping(ctx, nil); err != nil {
+			return nil, nil, fmt.Errorf("ping: %w", err)
+		}
+		roots, err := req.Session.ListRoots(ctx, nil)
+		if err != nil {
+			return nil, nil, fmt.Errorf("roots/list: %w", err)
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("roots: %d", len(roots.Roots))}}}, nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "env", Description: "Its process's environment, and the request's _meta."}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, map[string]any, error) {
+		return nil, map[string]any{"env": os.Environ(), "pid": os.Getpid(), "meta": req.Params.Meta}, nil
 	})
 	mcp.AddTool(s, &mcp.Tool{Name: "slow", Description: "Waits until released or cancelled."}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 		if ev == nil {
@@ -110,28 +125,38 @@ func newTestServer(ev *serverEvents) *mcp.Server {
 // that can go down and come back, recording the JSON-RPC messages POSTed
 // to it.
 type httpServer struct {
-	t     *testing.T
+	t     testing.TB
 	addr  string
 	mcp   *mcp.Server
 	ev    *serverEvents
 	mu    sync.Mutex
 	posts []string
-	// traceparents[i] is the traceparent header of posts[i] ("" if none).
-	traceparents []string
-	srv          *http.Server
-	closed       chan struct{}
+	// traceparents[i] and apiKeys[i] are the traceparent and X-Api-Key
+	// headers of posts[i] ("" if none).
+	traceparents, apiKeys []string
+	srv                   *http.Server
+	closed                chan struct{}
 	// conns counts the TCP connections accepted.
 	conns atomic.Int64
+	// opts are the Streamable HTTP handler's options (nil: the defaults,
+	// answers on event streams).
+	opts *mcp.StreamableHTTPOptions
+	// stream is the Streamable HTTP handler serving requests now.
+	stream atomic.Pointer[mcp.StreamableHTTPHandler]
 }
 
 func startHTTPServer(t *testing.T) *httpServer {
+	return startHTTPServerWith(t, nil)
+}
+
+func startHTTPServerWith(t testing.TB, opts *mcp.StreamableHTTPOptions) *httpServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ev := newServerEvents()
-	h := &httpServer{t: t, addr: ln.Addr().String(), ev: ev, mcp: newTestServer(ev)}
+	h := &httpServer{t: t, addr: ln.Addr().String(), ev: ev, mcp: newTestServer(ev), opts: opts}
 	h.serve(ln)
 	t.Cleanup(h.down)
 	return h
@@ -139,14 +164,24 @@ func startHTTPServer(t *testing.T) *httpServer {
 
 func (h *httpServer) URL() string { return "http://" + h.addr + "/mcp" }
 
+// forgetSessions makes the server answer every request from now on with a
+// fresh handler, which knows no session (as a server restarted behind the
+// same address would), while the requests in flight — the client's
+// standalone stream among them — go on.
+func (h *httpServer) forgetSessions() {
+	h.stream.Store(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return h.mcp }, h.opts))
+}
+
 func (h *httpServer) serve(ln net.Listener) {
-	stream := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return h.mcp }, nil)
+	h.forgetSessions()
 	h.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stream := h.stream.Load()
 		if r.Method == http.MethodPost {
 			b, _ := io.ReadAll(r.Body)
 			h.mu.Lock()
 			h.posts = append(h.posts, string(b))
 			h.traceparents = append(h.traceparents, r.Header.Get("traceparent"))
+			h.apiKeys = append(h.apiKeys, r.Header.Get("X-Api-Key"))
 			h.mu.Unlock()
 			r.Body = io.NopCloser(bytes.NewReader(b))
 		}
@@ -215,4 +250,30 @@ func (h *httpServer) countMethod(method string) int {
 		}
 	}
 	return n
+}
+
+// cancelSlowCall calls the server's "slow" tool through m, cancels the
+// call's context once the server runs it, and checks that the call returns
+// context.Canceled and that the server's handler is cancelled too; it
+// returns what the handler saw.
+func cancelSlowCall(t *testing.T, ctx context.Context, m *mcpclient.Manager, srv *httpServer) string {
+	t.Helper()
+	cctx, ccancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := m.CallMCP(cctx, toolsvc.MCPCall{Server: "web", Tool: "slow", Args: json.RawMessage(`{}`)})
+		errc <- err
+	}()
+	<-srv.ev.slowStarted
+	ccancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call: %v", err)
+	}
+	select {
+	case why := <-srv.ev.slowCancelled:
+		return why
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server never saw the cancellation")
+		return ""
+	}
 }
