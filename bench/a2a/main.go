@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -65,14 +66,33 @@ func main() {
 	warm := fs.Int("warmup", 100, "unmeasured cycles before each round")
 	pg := fs.String("postgres", benchproc.PostgresURL(), "PostgreSQL server (a fresh schema per platform, dropped after)")
 	prebuilt := fs.String("bin", "", "an agentplane binary to measure instead of building ./cmd/agentplane")
+	fixedOrder := fs.Bool("fixed-order", false, "make a cycle's three round trips in one fixed order (direct, via agentplane, native run) instead of going through every order in turn; the via round trip then always follows the direct one and inherits its trailing work in this process")
+	gogc := fs.Int("gogc", 1000, "this process's GC percent (debug.SetGCPercent): it hosts the measuring clients and the local a2a-go agent, whose collections otherwise land on whichever round trip is being timed, on the platform's CPUs; 100 measures with Go's default")
 	fs.Parse(os.Args[1:])
-	if err := run(*stores, *rounds, *n, *warm, *pg, *prebuilt); err != nil {
+	debug.SetGCPercent(*gogc)
+	h := harness{fixedOrder: *fixedOrder, gogc: *gogc}
+	if err := run(*stores, *rounds, *n, *warm, *pg, *prebuilt, h); err != nil {
 		fmt.Fprintln(os.Stderr, "a2a:", err)
 		os.Exit(1)
 	}
 }
 
-func run(stores string, rounds, n, warm int, pg, prebuilt string) error {
+// harness is how the round trips are made (bench/mcp explains both
+// settings: its RESULTS.md, "Cycle order, the bench's own GC").
+type harness struct {
+	fixedOrder bool
+	gogc       int
+}
+
+// cycleOrders is every order of a cycle's round trips, the fixed one
+// first; cycle i takes order i mod 6, so each follows each other equally
+// often.
+var cycleOrders = [][nKinds]int{
+	{kDirect, kVia, kNative}, {kDirect, kNative, kVia}, {kVia, kDirect, kNative},
+	{kVia, kNative, kDirect}, {kNative, kDirect, kVia}, {kNative, kVia, kDirect},
+}
+
+func run(stores string, rounds, n, warm int, pg, prebuilt string, h harness) error {
 	dir, err := os.MkdirTemp("", "agentplane-bench-a2a-")
 	if err != nil {
 		return err
@@ -91,13 +111,19 @@ func run(stores string, rounds, n, warm int, pg, prebuilt string) error {
 	defer agent.Close()
 	fmt.Printf("# A2A round trip through agentplane — a blocking SendMessage answered by the completed task, sent to a local a2a-go agent directly and through agentplane's /a2a/%s (which runs the agent as a remote A2A agent), interleaved; %d cycles per store and round, %d rounds\n",
 		agentID, n, rounds)
-	fmt.Printf("# %s, %s/%s, %d CPUs, load %s\n\n", time.Now().UTC().Format(time.RFC3339), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), benchproc.LoadAvg())
+	fmt.Printf("# %s, %s/%s, %d CPUs, load %s\n", time.Now().UTC().Format(time.RFC3339), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), benchproc.LoadAvg())
+	if h.fixedOrder {
+		fmt.Print("# every cycle in one fixed order: direct, via agentplane, native run (-fixed-order)")
+	} else {
+		fmt.Printf("# cycle i in the order of permutation i mod %d (every order in turn)", len(cycleOrders))
+	}
+	fmt.Printf("; this process at GC percent %d (-gogc)\n\n", h.gogc)
 	pooled := map[string]*[nKinds][]time.Duration{}
 	var order []string
 	for round := 1; round <= rounds; round++ {
 		for _, store := range strings.Split(stores, ",") {
 			store = strings.TrimSpace(store)
-			lat, err := measure(store, bin, dir, pg, agent, round, n, warm)
+			lat, err := measure(store, bin, dir, pg, agent, round, n, warm, h)
 			if err != nil {
 				return fmt.Errorf("%s: %w", store, err)
 			}
@@ -121,7 +147,7 @@ func run(stores string, rounds, n, warm int, pg, prebuilt string) error {
 }
 
 // measure runs one round on a fresh platform: direct and via latencies.
-func measure(store, bin, dir, pg string, agent *localAgent, round, n, warm int) ([nKinds][]time.Duration, error) {
+func measure(store, bin, dir, pg string, agent *localAgent, round, n, warm int, h harness) ([nKinds][]time.Duration, error) {
 	var lat [nKinds][]time.Duration
 	var dsn string
 	switch store {
@@ -224,23 +250,32 @@ func measure(store, bin, dir, pg string, agent *localAgent, round, n, warm int) 
 		return d, t.ContextID, nil
 	}
 	for i := range warm + n {
-		dd, _, err := send(direct, "")
-		if err != nil {
-			return lat, fmt.Errorf("direct: %w", err)
+		order := cycleOrders[0]
+		if !h.fixedOrder {
+			order = cycleOrders[i%len(cycleOrders)]
 		}
-		dv, cid, err := send(via, contextID)
-		if err != nil {
-			return lat, fmt.Errorf("via agentplane: %w\n%s", err, p.Tail())
-		}
-		contextID = cid
-		dn, err := nativeRun()
-		if err != nil {
-			return lat, err
-		}
-		if i >= warm {
-			lat[kDirect] = append(lat[kDirect], dd)
-			lat[kVia] = append(lat[kVia], dv)
-			lat[kNative] = append(lat[kNative], dn)
+		for _, k := range order {
+			var d time.Duration
+			var err error
+			switch k {
+			case kDirect:
+				if d, _, err = send(direct, ""); err != nil {
+					return lat, fmt.Errorf("direct: %w", err)
+				}
+			case kVia:
+				var cid string
+				if d, cid, err = send(via, contextID); err != nil {
+					return lat, fmt.Errorf("via agentplane: %w\n%s", err, p.Tail())
+				}
+				contextID = cid
+			case kNative:
+				if d, err = nativeRun(); err != nil {
+					return lat, err
+				}
+			}
+			if i >= warm {
+				lat[k] = append(lat[k], d)
+			}
 		}
 	}
 	cpu := benchproc.ProcCPU(p.Pid()).Round(time.Millisecond)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +34,35 @@ const (
 	kinds
 )
 
+// cycleOrders is every order of a cycle's four calls. A call inherits
+// the trailing work of the one before it — the platform delivering the
+// previous invoke's events to the connected client, the go-sdk client's
+// and server's work after a direct tools/call's answer (its stream's end,
+// its garbage) — so with one fixed order the MCP invoke always followed
+// the direct go-sdk call and the native invoke the direct POST, and the
+// comparison measured the order as well. Cycle i takes order i mod 24:
+// every call follows every other equally often, in every position.
+var cycleOrders = permutations([kinds]int{httpDirect, httpInvoke, mcpDirect, mcpInvoke})
+
+// permutations lists every order of a, starting with a itself.
+func permutations(a [kinds]int) [][kinds]int {
+	var out [][kinds]int
+	var walk func(k int)
+	walk = func(k int) {
+		if k == len(a) {
+			out = append(out, a)
+			return
+		}
+		for i := k; i < len(a); i++ {
+			a[k], a[i] = a[i], a[k]
+			walk(k + 1)
+			a[k], a[i] = a[i], a[k]
+		}
+	}
+	walk(0)
+	return out
+}
+
 var kindNames = [kinds]string{"native tool, direct POST", "native tool, via agentplane", "MCP tool, direct go-sdk tools/call", "MCP tool, via agentplane"}
 
 func overheadMain(args []string) error {
@@ -44,10 +74,13 @@ func overheadMain(args []string) error {
 	concN := fs.Int("conc-n", 2000, "cycles per store and round in the concurrent phase")
 	warm := fs.Int("warmup", 200, "unmeasured cycles before each round")
 	pg := fs.String("postgres", benchproc.PostgresURL(), "PostgreSQL server (a fresh schema per platform, dropped after)")
+	gogc := fs.Int("gogc", 1000, "this process's GC percent (debug.SetGCPercent). It hosts the measuring clients and the tool servers, and the go-sdk MCP server and client allocate ~0.3 MB per call: at Go's default 100 their collections run every few calls, on the same 2 CPUs as the platform, and land on whichever call is being timed — the MCP ones most, whose garbage starts them. 100 measures with the default")
+	fixedOrder := fs.Bool("fixed-order", false, "make a cycle's four calls in one fixed order (native direct, native via agentplane, MCP direct, MCP via agentplane) instead of going through every order in turn; each call then always follows the same other call and inherits its trailing work (see cycleOrders)")
 	jsonResponse := fs.Bool("json-response", false, "the MCP server answers a tools/call with an application/json body instead of an event stream (the default, as the go-sdk's and the TypeScript SDK's servers do)")
 	prebuilt := fs.String("bin", "", "agentplane binaries to measure instead of building ./cmd/agentplane, comma-separated; with several, each round measures each store on each binary in turn (a same-run comparison of builds)")
 	fs.Parse(args)
 
+	debug.SetGCPercent(*gogc)
 	dir, err := os.MkdirTemp("", "agentplane-bench-mcp-")
 	if err != nil {
 		return err
@@ -72,6 +105,12 @@ func overheadMain(args []string) error {
 	if *jsonResponse {
 		fmt.Println("# the MCP server answers with application/json bodies (-json-response)")
 	}
+	fmt.Printf("# the bench process (clients, tool servers) runs with GC percent %d (-gogc)\n", *gogc)
+	if *fixedOrder {
+		fmt.Println("# every cycle makes its calls in one fixed order (-fixed-order)")
+	} else {
+		fmt.Printf("# cycle i makes its calls in the order of permutation i mod %d (every order in turn)\n", len(cycleOrders))
+	}
 	if len(bins) > 1 {
 		fmt.Printf("# builds, measured in turn within each round: %s\n", strings.Join(bins, ", "))
 	}
@@ -88,7 +127,7 @@ func overheadMain(args []string) error {
 				if len(bins) > 1 {
 					label = store + ", " + bin
 				}
-				res, err := overheadRound(store, label, bin, dir, *pg, *jsonResponse, round, *n, *conc, *concN, *warm)
+				res, err := overheadRound(store, label, bin, dir, *pg, *jsonResponse, *fixedOrder, round, *n, *conc, *concN, *warm)
 				if err != nil {
 					return fmt.Errorf("%s: %w", label, err)
 				}
@@ -135,7 +174,7 @@ func overheadMain(args []string) error {
 
 // overheadRound measures one store on a fresh platform: the sequential
 // phase, then the concurrent one; latencies by phase and kind.
-func overheadRound(store, label, bin, dir, pg string, jsonResponse bool, round, n, conc, concN, warm int) (*roundResult, error) {
+func overheadRound(store, label, bin, dir, pg string, jsonResponse, fixedOrder bool, round, n, conc, concN, warm int) (*roundResult, error) {
 	t, err := startTools(jsonResponse)
 	if err != nil {
 		return nil, err
@@ -205,7 +244,11 @@ func overheadRound(store, label, bin, dir, pg string, jsonResponse bool, round, 
 		return time.Since(t0)
 	}
 	cycle := func(lat *[kinds][]time.Duration, run string, i int) {
-		for k := range kinds {
+		order := cycleOrders[0]
+		if !fixedOrder {
+			order = cycleOrders[i%len(cycleOrders)]
+		}
+		for _, k := range order {
 			lat[k] = append(lat[k], call(k, run, i))
 		}
 	}
