@@ -27,14 +27,34 @@ type follower struct {
 	// may be pending).
 	check bool
 	done  bool
+	// whole: following from the root's first event (a run this request
+	// started), so own holds every event of the root when it ends; ended
+	// says it ended done or asking for input, and how (its last event).
+	whole bool
+	own   []store.Event
+	ended *store.Event
 }
 
 // follow starts following t's latest run after afterSeq. release (may be
 // nil) is called by close.
 func (s *Server) follow(t *task, afterSeq int64, check bool, release func()) *follower {
+	return s.followOn(t, s.opts.Log.Subscribe(t.latest().SessionID, afterSeq), check, release)
+}
+
+// followOn follows t's latest run on sub, a subscription to its session.
+func (s *Server) followOn(t *task, sub *eventlog.Subscription, check bool, release func()) *follower {
 	root := t.latest()
-	return &follower{s: s, t: t, root: root, sub: s.opts.Log.Subscribe(root.SessionID, afterSeq),
+	return &follower{s: s, t: t, root: root, sub: sub,
 		tree: map[string]bool{root.RunID: true}, chunked: map[string]bool{}, release: release, check: check}
+}
+
+// end marks the root's end (done, or asking for input) as the follower's
+// last event.
+func (f *follower) end() {
+	f.done = true
+	if f.whole {
+		f.ended = &f.own[len(f.own)-1]
+	}
 }
 
 func (f *follower) close() {
@@ -95,6 +115,9 @@ func (f *follower) translate(e *store.Event) a2a.Event {
 		f.tree[e.RunID] = true
 	}
 	own := e.RunID == f.root.RunID
+	if own && f.whole {
+		f.own = append(f.own, *e)
+	}
 	switch e.Type {
 	case eventlog.TypeAgentStreamDelta:
 		if !own {
@@ -133,7 +156,7 @@ func (f *follower) translate(e *store.Event) a2a.Event {
 		if !own {
 			return nil
 		}
-		f.done = true
+		f.end()
 		return a2a.NewStatusUpdateEvent(f.t, a2a.TaskStateCompleted, nil)
 	case eventlog.TypeRunFailed:
 		if !own {
@@ -158,7 +181,7 @@ func (f *follower) translate(e *store.Event) a2a.Event {
 		if !own {
 			return nil
 		}
-		f.done = true
+		f.end()
 		return a2a.NewStatusUpdateEvent(f.t, a2a.TaskStateInputRequired, questionMessage(f.t, e.Payload))
 	}
 	return nil

@@ -41,11 +41,17 @@ func (h *handler) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) 
 			}
 		}
 	}
-	first := t.firstSeq
-	if t, err = h.s.loadTask(ctx, c, a2a.TaskID(t.id)); err != nil {
-		return nil, h.s.rpcError(ctx, err)
+	if f != nil && f.ended != nil {
+		// The run this request started ended as it watched: the task is
+		// what it saw, with nothing to read back.
+		t = t.endedAs(f)
+	} else {
+		first := t.firstSeq
+		if t, err = h.s.loadTask(ctx, c, a2a.TaskID(t.id)); err != nil {
+			return nil, h.s.rpcError(ctx, err)
+		}
+		t.firstSeq = first
 	}
-	t.firstSeq = first
 	snap, err := h.s.snapshot(ctx, t)
 	if err != nil {
 		return nil, h.s.rpcError(ctx, err)
@@ -65,6 +71,7 @@ func (h *handler) SendStreamingMessage(ctx context.Context, req *a2a.SendMessage
 		}
 		if f != nil {
 			defer f.close()
+			f.whole = false // a stream answers as it goes: nothing to keep
 		}
 		snap, err := h.s.snapshot(ctx, t)
 		if err != nil {
@@ -272,21 +279,29 @@ func (s *Server) begin(ctx context.Context, c *call, req *a2a.SendMessageRequest
 // first event; the request counts as the session's client meanwhile.
 func (s *Server) start(ctx context.Context, c *call, p run.StartParams) (*task, *follower, error) {
 	release := s.hold(ctx, p.SessionID)
+	// Subscribed before the run's first events commit, the follower gets
+	// them, and the rest, as they commit, without reading them back.
+	sub := s.opts.Log.SubscribeLive(p.SessionID)
 	started, err := s.opts.Runs.StartRun(ctx, p)
 	if err != nil {
+		sub.Close()
 		release()
 		return nil, nil, err
 	}
+	sub.StartAfter(started.Events[0].Seq - 1)
 	t := &task{id: started.Run.IntentionID, runs: []*store.Run{started.Run}}
 	if started.Run.ResumesRunID != "" {
 		// An answer: the task's earlier runs belong to its history.
 		if t, err = s.loadTask(ctx, c, a2a.TaskID(started.Run.IntentionID)); err != nil {
+			sub.Close()
 			release()
 			return nil, nil, err
 		}
 	}
 	t.firstSeq = map[string]int64{started.Run.RunID: started.Events[0].Seq}
-	return t, s.follow(t, started.Events[0].Seq-1, false, release), nil
+	f := s.followOn(t, sub, false, release)
+	f.whole = true
+	return t, f, nil
 }
 
 // hold counts the request as a client of sessionID (Options.Hold).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,6 +25,32 @@ type task struct {
 	// committed (the run it started), so its events are read in one
 	// statement.
 	firstSeq map[string]int64
+	// seen: a run's events as this request followed them from its first
+	// to its end, so the answer is built without reading them back.
+	seen map[string][]store.Event
+}
+
+// endedAs is t as f saw its latest run end (done, or asking for input):
+// that run's row as its end left it and its events, without reading the
+// log back. f followed the run from its first event.
+func (t *task) endedAs(f *follower) *task {
+	r := *t.latest()
+	e := f.ended
+	r.EndedAt = e.TS
+	switch e.Type {
+	case eventlog.TypeRunDone:
+		r.Status = store.RunDone
+	case eventlog.TypeInputRequired:
+		var p struct {
+			Question string          `json:"question"`
+			Detail   json.RawMessage `json:"detail"`
+		}
+		_ = json.Unmarshal(e.Payload, &p)
+		r.Status, r.Question, r.QuestionDetail = store.RunInputRequired, p.Question, p.Detail
+	}
+	out := &task{id: t.id, runs: append(slices.Clip(t.runs[:len(t.runs)-1]), &r), firstSeq: t.firstSeq,
+		seen: map[string][]store.Event{r.RunID: f.own}}
+	return out
 }
 
 func (t *task) latest() *store.Run { return t.runs[len(t.runs)-1] }
@@ -62,9 +89,13 @@ func (s *Server) loadTask(ctx context.Context, c *call, id a2a.TaskID) (*task, e
 func (s *Server) snapshot(ctx context.Context, t *task) (*a2a.Task, error) {
 	out := &a2a.Task{ID: a2a.TaskID(t.id), ContextID: t.sessionID(), History: []*a2a.Message{}}
 	for _, r := range t.runs {
-		evs, err := s.st.EventsList(ctx, &store.EventsListParams{SessionID: r.SessionID, RunID: r.RunID, AfterSeq: max(t.firstSeq[r.RunID]-1, 0), Limit: 100000})
-		if err != nil {
-			return nil, err
+		evs, ok := t.seen[r.RunID]
+		if !ok {
+			var err error
+			evs, err = s.st.EventsList(ctx, &store.EventsListParams{SessionID: r.SessionID, RunID: r.RunID, AfterSeq: max(t.firstSeq[r.RunID]-1, 0), Limit: 100000})
+			if err != nil {
+				return nil, err
+			}
 		}
 		var text strings.Builder
 		for _, e := range evs {

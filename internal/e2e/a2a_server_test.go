@@ -158,6 +158,30 @@ func registerA2A(t *testing.T, s *server, agentID, endpoint string, extra map[st
 	return key
 }
 
+// sameAsGet fails t unless tasks/get answers task as it is — its history,
+// artifacts and status (whose message is new each time it is built, so its
+// id is left out).
+func sameAsGet(t *testing.T, c *a2aclient.Client, task *a2a.Task) {
+	t.Helper()
+	got, err := c.GetTask(ctxTimeout(t, 30*time.Second), &a2a.GetTaskRequest{ID: task.ID})
+	if err != nil {
+		t.Fatalf("get %s: %v", task.ID, err)
+	}
+	norm := func(x *a2a.Task) string {
+		y := *x
+		if m := y.Status.Message; m != nil {
+			mm := *m
+			mm.ID = ""
+			y.Status.Message = &mm
+		}
+		b, _ := json.Marshal(&y)
+		return string(b)
+	}
+	if a, b := norm(task), norm(got); a != b {
+		t.Errorf("the send answered\n%s\nbut get reads\n%s", a, b)
+	}
+}
+
 func TestA2AServer(t *testing.T) {
 	eachStore(t, func(t *testing.T, dsn string) {
 		s := startServer(t, dsn)
@@ -208,6 +232,8 @@ func TestA2AServer(t *testing.T) {
 				if !ok || task.Status.State != a2a.TaskStateCompleted || artifactText(task) != "w0 w1 w2 " || !strings.HasPrefix(string(task.ID), "int_") {
 					t.Fatalf("send answered %#v", res)
 				}
+				// The answer is the task as tasks/get reads it back.
+				sameAsGet(t, c, task)
 				// The context is the session: alice reads it over the API.
 				if code, _ := s.call("GET", "/v1/sessions/"+task.ContextID+"/events", "alice-key", nil); code != 200 {
 					t.Errorf("the task's context %s is not alice's session: %d", task.ContextID, code)
@@ -257,6 +283,16 @@ func TestA2AServer(t *testing.T) {
 					t.Fatal(err)
 				}
 				done := res.(*a2a.Task)
+				sameAsGet(t, askc, done)
+				// A blocking send that ends asking: answered input-required,
+				// as get reads it.
+				if res, err = askc.SendMessage(ctx, userMsg("weather?")); err != nil {
+					t.Fatal(err)
+				} else if q := res.(*a2a.Task); q.Status.State != a2a.TaskStateInputRequired || msgText(q.Status.Message) != "Which city?" {
+					t.Errorf("blocking send of a question: %+v", q.Status)
+				} else {
+					sameAsGet(t, askc, q)
+				}
 				if done.ID != asked.ID || done.ContextID != asked.ContextID || done.Status.State != a2a.TaskStateCompleted || artifactText(done) != "Sunny in Paris" {
 					t.Fatalf("answer %+v", done)
 				}

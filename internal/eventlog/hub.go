@@ -77,6 +77,17 @@ func (h *Hub) subscribe(st store.Store, sessionID string, afterSeq int64) *Subsc
 	return s
 }
 
+// subscribeLive registers for sessionID's events before the caller
+// commits the first it will follow (see Log.SubscribeLive): not stale, so
+// what is pushed from now on is delivered without a read of the store.
+func (h *Hub) subscribeLive(st store.Store, sessionID string) *Subscription {
+	s := h.subscribe(st, sessionID, 0)
+	s.mu.Lock()
+	s.stale = false
+	s.mu.Unlock()
+	return s
+}
+
 func (h *Hub) remove(s *Subscription) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -120,6 +131,10 @@ type Subscription struct {
 
 	cursor int64 // last seq delivered; owned by the reader
 }
+
+// StartAfter sets the cursor of a subscription made by Log.SubscribeLive:
+// Next delivers from seq+1. Called by the reader, before its first Next.
+func (s *Subscription) StartAfter(seq int64) { s.cursor = seq }
 
 // SessionID is the followed session.
 func (s *Subscription) SessionID() string { return s.sessionID }

@@ -259,6 +259,16 @@ func (l *Log) Subscribe(sessionID string, afterSeq int64) *Subscription {
 	return l.hub.subscribe(l.st, sessionID, afterSeq)
 }
 
+// SubscribeLive subscribes to sessionID before the caller commits the
+// events it will follow from (a run it starts), so they and what follows
+// arrive as they commit, without reading the store back; the caller sets
+// where to start with StartAfter once it knows the first one's seq. A gap
+// in what arrives (events committed by another process, or more than the
+// buffer holds) is read from the store as always.
+func (l *Log) SubscribeLive(sessionID string) *Subscription {
+	return l.hub.subscribeLive(l.st, sessionID)
+}
+
 // Stop refuses new work, commits everything already queued, and returns
 // when the writers are idle. Safe to call more than once.
 func (l *Log) Stop() {

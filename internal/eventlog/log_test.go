@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -343,6 +344,68 @@ func TestAppendBehindCommitsAfterTheLinger(t *testing.T) {
 		got := collect(t, st, sub, 1)
 		if got[0].Type != "llm" {
 			t.Fatalf("got %+v", got)
+		}
+	})
+}
+
+// listCounter counts the store reads of event listings.
+type listCounter struct {
+	store.Store
+	lists atomic.Int64
+}
+
+func (c *listCounter) EventsList(ctx context.Context, p *store.EventsListParams) ([]store.Event, error) {
+	c.lists.Add(1)
+	return c.Store.EventsList(ctx, p)
+}
+
+// A live subscription made before the events it follows are committed
+// delivers them, and what follows, exactly once and without reading the
+// store; events of the session committed before its start are not
+// delivered, and a gap (another process's events) is still read.
+func TestSubscribeLiveDeliversWithoutReadingBack(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		raw := testdb.Open(t, dialect)
+		st := &listCounter{Store: raw}
+		l := New(st, Options{})
+		defer l.Stop()
+		ctx := context.Background()
+		sid := session(t, raw)
+		if _, err := l.Append(ctx, ev(sid, "earlier", 0), ev(sid, "earlier", 1)); err != nil {
+			t.Fatal(err)
+		}
+		sub := l.SubscribeLive(sid)
+		defer sub.Close()
+		if _, err := l.Append(ctx, ev(sid, "other run", 2)); err != nil { // committed after subscribing, before the run starts
+			t.Fatal(err)
+		}
+		mine, err := l.Append(ctx, ev(sid, "run started", 3), ev(sid, "run input", 4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub.StartAfter(mine[0].Seq - 1)
+		go func() {
+			for i := 5; i < 100; i++ {
+				_ = l.AppendAsync(ctx, nil, ev(sid, "output", i))
+			}
+		}()
+		got := collect(t, raw, sub, 97)
+		assertConsecutive(t, got, mine[0].Seq)
+		if got[0].Type != "run started" || len(got) != 97 {
+			t.Fatalf("first delivered %q, %d events", got[0].Type, len(got))
+		}
+		if n := st.lists.Load(); n != 0 {
+			t.Fatalf("the subscription read the store %d times", n)
+		}
+		// Another process's events: only a poke tells, and they are read.
+		if _, err := raw.EventsAppend(ctx, []store.EventParams{ev(sid, "elsewhere", 1), ev(sid, "elsewhere", 2)}); err != nil {
+			t.Fatal(err)
+		}
+		l.Hub().Poke(sid)
+		more := collect(t, raw, sub, 2)
+		assertConsecutive(t, more, got[len(got)-1].Seq+1)
+		if st.lists.Load() == 0 {
+			t.Fatal("the poke's events were not read from the store")
 		}
 	})
 }
