@@ -23,7 +23,7 @@ import (
 // the general path.
 func (q *queries) EventsAppendNotify(ctx context.Context, events []store.EventParams, origin string, sessionIDs []string) ([]store.Event, error) {
 	if q.d.Name == "postgres" && fusable(events, origin, sessionIDs) {
-		return q.appendNotifyOne(ctx, events, origin, sessionIDs)
+		return q.appendOne(ctx, events, origin+" "+strings.Join(sessionIDs, ","))
 	}
 	out, err := q.EventsAppend(ctx, events)
 	if err != nil {
@@ -36,14 +36,8 @@ func (q *queries) EventsAppendNotify(ctx context.Context, events []store.EventPa
 // NOTIFY: 1 to exactChunk events of a single session (so the statement
 // texts stay few: one per count) and a payload that fits one NOTIFY.
 func fusable(events []store.EventParams, origin string, sessionIDs []string) bool {
-	if len(events) == 0 || len(events) > exactChunk || len(sessionIDs) == 0 {
+	if !oneSessionFew(events) || len(sessionIDs) == 0 {
 		return false
-	}
-	s := events[0].SessionID
-	for i := range events {
-		if events[i].SessionID != s {
-			return false
-		}
 	}
 	n := len(origin) + 1
 	for _, id := range sessionIDs {
@@ -52,15 +46,39 @@ func fusable(events []store.EventParams, origin string, sessionIDs []string) boo
 	return n <= notifyPayloadMax
 }
 
-var fusedAppendTexts sync.Map // event count → statement text
+// oneSessionFew reports whether events are 1 to exactChunk events of a
+// single session: what one statement appends on PostgreSQL (appendOne), so
+// the statement texts stay few (one per count).
+func oneSessionFew(events []store.EventParams) bool {
+	if len(events) == 0 || len(events) > exactChunk {
+		return false
+	}
+	s := events[0].SessionID
+	for i := range events {
+		if events[i].SessionID != s {
+			return false
+		}
+	}
+	return true
+}
+
+// fusedAppend keys the statement texts of appendOne.
+type fusedAppend struct {
+	n      int
+	notify bool
+}
+
+var fusedAppendTexts sync.Map // fusedAppend → statement text
 
 // fusedAppendText is the one-statement append of n events of one session:
 // the counter's UPDATE returns the new last seq, the INSERT numbers the
-// rows from it, and the final SELECT returns it after sending the NOTIFY.
-// Data-modifying WITH clauses run exactly once whether or not they are
-// referenced, and a volatile function in FROM is not optimised away.
-func fusedAppendText(n int) string {
-	if s, ok := fusedAppendTexts.Load(n); ok {
+// rows from it, and the final SELECT returns it — after sending the NOTIFY
+// when notify. Data-modifying WITH clauses run exactly once whether or not
+// they are referenced, and a volatile function in FROM is not optimised
+// away.
+func fusedAppendText(n int, notify bool) string {
+	key := fusedAppend{n, notify}
+	if s, ok := fusedAppendTexts.Load(key); ok {
 		return s.(string)
 	}
 	var b strings.Builder
@@ -74,13 +92,19 @@ func fusedAppendText(n int) string {
 		b.WriteString("(CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS TEXT), CAST(? AS TEXT))")
 	}
 	b.WriteString(`) AS v (event_id, session_id, k, run_id, parent_run_id, ts, type, payload)) `)
-	b.WriteString(`SELECT s.last_seq FROM s, (SELECT pg_notify(?, ?)) AS n`)
+	if notify {
+		b.WriteString(`SELECT s.last_seq FROM s, (SELECT pg_notify(?, ?)) AS n`)
+	} else {
+		b.WriteString(`SELECT s.last_seq FROM s`)
+	}
 	s := b.String()
-	fusedAppendTexts.Store(n, s)
+	fusedAppendTexts.Store(key, s)
 	return s
 }
 
-func (q *queries) appendNotifyOne(ctx context.Context, events []store.EventParams, origin string, sessionIDs []string) ([]store.Event, error) {
+// appendOne appends oneSessionFew events in one statement on PostgreSQL,
+// with the NOTIFY payload notify unless it is empty.
+func (q *queries) appendOne(ctx context.Context, events []store.EventParams, notify string) ([]store.Event, error) {
 	n := int64(len(events))
 	session := events[0].SessionID
 	out := make([]store.Event, len(events))
@@ -93,9 +117,11 @@ func (q *queries) appendNotifyOne(ctx context.Context, events []store.EventParam
 		e := &out[i]
 		args = append(args, e.EventID, e.SessionID, e.Seq, e.RunID, e.ParentRunID, e.TS, e.Type, string(e.Payload))
 	}
-	args = append(args, store.NotifyChannel, origin+" "+strings.Join(sessionIDs, ","))
+	if notify != "" {
+		args = append(args, store.NotifyChannel, notify)
+	}
 	var last int64
-	err := q.queryRow(ctx, true, fusedAppendText(len(events)), args...).Scan(&last)
+	err := q.queryRow(ctx, true, fusedAppendText(len(events), notify != ""), args...).Scan(&last)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, fmt.Errorf("allocate seq for session %s: %w", session, store.ErrNotFound)

@@ -31,6 +31,10 @@ func (q *queries) EventsAppend(ctx context.Context, events []store.EventParams) 
 	if len(events) == 0 {
 		return nil, nil
 	}
+	if q.d.Name == "postgres" && oneSessionFew(events) {
+		// The bump and the insert in one statement: one round trip.
+		return q.appendOne(ctx, events, "")
+	}
 	counts := make(map[string]int64, 4)
 	var order []string
 	for i := range events {

@@ -71,6 +71,16 @@ func TestEventsSeqIsGapFreeUnderConcurrency(t *testing.T) {
 						errs <- fmt.Errorf("non-consecutive seqs in one append: %d then %d", out[0].Seq, out[2].Seq)
 						return
 					}
+					// One session's few events: one statement on PostgreSQL.
+					one, err := s.EventsAppend(ctx, []store.EventParams{{SessionID: b, TS: int64(i), Type: "one"}, {SessionID: b, TS: int64(i), Type: "one"}})
+					if err != nil {
+						errs <- err
+						return
+					}
+					if one[1].Seq != one[0].Seq+1 || one[0].SessionID != b {
+						errs <- fmt.Errorf("one session's append: seqs %d then %d", one[0].Seq, one[1].Seq)
+						return
+					}
 				}
 			}()
 		}
@@ -79,7 +89,7 @@ func TestEventsSeqIsGapFreeUnderConcurrency(t *testing.T) {
 		for err := range errs {
 			t.Fatal(err)
 		}
-		for sid, want := range map[string]int{a: writers * each * 2, b: writers * each} {
+		for sid, want := range map[string]int{a: writers * each * 2, b: writers * each * 3} {
 			var all []store.Event
 			after := int64(0)
 			for {
