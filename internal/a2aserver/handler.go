@@ -278,7 +278,11 @@ func (s *Server) begin(ctx context.Context, c *call, req *a2a.SendMessageRequest
 // start starts (or resumes) a run for a message and follows it from its
 // first event; the request counts as the session's client meanwhile.
 func (s *Server) start(ctx context.Context, c *call, p run.StartParams) (*task, *follower, error) {
-	release := s.hold(ctx, p.SessionID)
+	// The hold is recorded while the run's start commits, and before the
+	// run invokes its agent (whose client tools may be asked of another
+	// process): not one after the other on the request's path.
+	recorded, release := s.holdAsync(p.SessionID)
+	p.BeforeInvoke = recorded
 	// Subscribed before the run's first events commit, the follower gets
 	// them, and the rest, as they commit, without reading them back.
 	sub := s.opts.Log.SubscribeLive(p.SessionID)
@@ -289,6 +293,10 @@ func (s *Server) start(ctx context.Context, c *call, p run.StartParams) (*task, 
 		return nil, nil, err
 	}
 	sub.StartAfter(started.Events[0].Seq - 1)
+	// Done by now as a rule (one statement against the start's several);
+	// and a queued run, which invokes its agent only once admitted, keeps
+	// no BeforeInvoke.
+	recorded(ctx)
 	t := &task{id: started.Run.IntentionID, runs: []*store.Run{started.Run}}
 	if started.Run.ResumesRunID != "" {
 		// An answer: the task's earlier runs belong to its history.
@@ -304,12 +312,21 @@ func (s *Server) start(ctx context.Context, c *call, p run.StartParams) (*task, 
 	return t, f, nil
 }
 
-// hold counts the request as a client of sessionID (Options.Hold).
+// hold counts the request as a client of sessionID (Options.Hold), once
+// other processes can see it.
 func (s *Server) hold(ctx context.Context, sessionID string) func() {
+	recorded, release := s.holdAsync(sessionID)
+	recorded(ctx)
+	return release
+}
+
+// holdAsync counts the request as a client of sessionID from now on;
+// recorded waits until other processes can see it.
+func (s *Server) holdAsync(sessionID string) (recorded func(context.Context), release func()) {
 	if s.opts.Hold == nil {
-		return func() {}
+		return func(context.Context) {}, func() {}
 	}
-	return s.opts.Hold(ctx, sessionID)
+	return s.opts.Hold(sessionID)
 }
 
 // answer is one data part answering what a task waits for.

@@ -74,10 +74,11 @@ type Options struct {
 	// Tools answers approvals and client tools; nil refuses such answers.
 	Tools Tools
 	// Hold, when set, counts a request following a session as a client of
-	// it until release (ingress.Server.Hold), so a client tool requested
-	// while an A2A stream is attached is dispatched to it rather than
-	// failing client_offline.
-	Hold func(ctx context.Context, sessionID string) (release func())
+	// it until release (ingress.Server.HoldAsync), so a client tool
+	// requested while an A2A stream is attached is dispatched to it rather
+	// than failing client_offline. recorded waits (bounded) until other
+	// processes can see the hold.
+	Hold func(sessionID string) (recorded func(context.Context), release func())
 	// MaxBodyBytes bounds a request (default DefaultMaxBodyBytes).
 	MaxBodyBytes int64
 	Logger       *slog.Logger

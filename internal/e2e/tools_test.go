@@ -28,6 +28,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2aproject/a2a-go/v2/a2a"
+
 	apserver "github.com/agentplane/agentplane/internal/server"
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/testdb"
@@ -2016,6 +2018,31 @@ func TestClientToolAcrossReplicas(t *testing.T) {
 
 	t.Run("client tool dispatched by an orchestrator-only process", func(t *testing.T) {
 		answered(t, "py-tools-o", "B via O")
+	})
+
+	// An A2A request is its session's client while it follows the task
+	// (DESIGN §12): its hold is recorded for the other replicas before the
+	// run invokes the agent, whose tool calls go to A.
+	t.Run("client tool of a run started over A2A on another replica", func(t *testing.T) {
+		registerA2A(t, a, "py-tools", goToolAgentURL(t, a, "py-tools"), nil)
+		c, _ := a2aDial(t, b, "py-tools", "alice-key", false)
+		spec, _ := json.Marshal(map[string]any{"tool": "ui.confirm", "args": map[string]any{"q": "over A2A?"}})
+		res, err := c.SendMessage(ctx, userMsg(string(spec)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		task := res.(*a2a.Task)
+		d := dataOf(task.Status.Message)
+		if task.Status.State != a2a.TaskStateInputRequired || d["kind"] != "tool_request" || d["tool_name"] != "ui.confirm" {
+			t.Fatalf("the client tool was not asked of the A2A client on B: %+v %v (output %q)", task.Status, d, artifactText(task))
+		}
+		res, err = c.SendMessage(ctx, answerMsg(task, a2a.NewDataPart(map[string]any{"tool_call_id": d["tool_call_id"], "ok": true, "result": map[string]any{"answer": "A2A on B"}})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done := res.(*a2a.Task); done.Status.State != a2a.TaskStateCompleted || !strings.Contains(artifactText(done), "A2A on B") {
+			t.Fatalf("after the answer: %+v %q", done.Status, artifactText(done))
+		}
 	})
 
 	t.Run("the client left: client_offline on the other replica", func(t *testing.T) {

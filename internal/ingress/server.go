@@ -268,9 +268,19 @@ func (s *Server) Shutdown(ctx context.Context) {
 // client instead of failing client_offline. Like agent_invoke, it waits
 // briefly (bounded by ctx) for other processes to be told.
 func (s *Server) Hold(ctx context.Context, sessionID string) (release func()) {
+	recorded, release := s.HoldAsync(sessionID)
+	recorded(ctx)
+	return release
+}
+
+// HoldAsync is Hold without its wait: the client counts from now on for
+// this process, and recorded waits (bounded by its ctx and the flush
+// bound) until other processes are told, so the caller can do other work
+// meanwhile.
+func (s *Server) HoldAsync(sessionID string) (recorded func(context.Context), release func()) {
 	token := &conn{} // only a key among the session's followers
 	s.follow(token, sessionID, true)
-	s.presence.flushed(ctx, sessionID)
 	var once sync.Once
-	return func() { once.Do(func() { s.follow(token, sessionID, false) }) }
+	return func(ctx context.Context) { s.presence.flushed(ctx, sessionID) },
+		func() { once.Do(func() { s.follow(token, sessionID, false) }) }
 }

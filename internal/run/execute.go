@@ -40,6 +40,9 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 	m.mu.Lock()
 	a := m.active[run.RunID]
 	m.mu.Unlock()
+	if j.beforeInvoke != nil {
+		j.beforeInvoke(ctx)
+	}
 
 	// A root agent gets the session's root-level turns; a child only its
 	// input (it may read the transcript with its key). A remote A2A agent

@@ -73,6 +73,11 @@ type StartParams struct {
 	// Agent, when set, is AgentID's row as the caller has just read it
 	// (the A2A server does, to check the agent is served): not read again.
 	Agent *store.Agent
+	// BeforeInvoke, when set, is called by the run before it invokes its
+	// agent, with the run's context (the A2A server: until its hold of
+	// the session is recorded, which it overlaps with the start's commit).
+	// Not kept for a run that is queued (limits.max_active_runs).
+	BeforeInvoke func(context.Context)
 }
 
 // Started is what Start committed.
@@ -217,7 +222,7 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		return &Started{Run: run, Events: evs}, nil // admitted later (queue.go)
 	}
 	m.started.Inc(run.AgentID)
-	m.launch(&job{run: run, ag: ag, message: p.Message, traceparent: traceparent, span: span, prevRunID: prevRunID})
+	m.launch(&job{run: run, ag: ag, message: p.Message, traceparent: traceparent, span: span, prevRunID: prevRunID, beforeInvoke: p.BeforeInvoke})
 	return &Started{Run: run, Events: evs}, nil
 }
 
@@ -265,6 +270,8 @@ type job struct {
 	// continues (the run it resumes) or whose remote context it joins (the
 	// agent's latest run in the session).
 	prevRunID string
+	// beforeInvoke: StartParams.BeforeInvoke.
+	beforeInvoke func(context.Context)
 }
 
 // previousRun is a job's prevRunID: read before the new run is inserted,
