@@ -10,12 +10,6 @@ import (
 	"github.com/agentplane/agentplane/internal/store"
 )
 
-// transcriptFirstPage is the first page of messages read for a transcript;
-// each further page doubles it. Most transcripts fit in one or two reads,
-// and a session of a few huge messages is not read further than the byte
-// bound needs (the store cannot tell sizes without reading the rows).
-const transcriptFirstPage = 8
-
 // truncationReserve is the least room worth cutting a message into; with
 // less left, older messages are dropped instead.
 const truncationReserve = 256
@@ -26,22 +20,13 @@ const truncationReserve = 256
 // of content (issue 8: a 400 MB answer was sent back to the agent whole).
 // Oldest first in the result.
 func (m *Manager) loadTranscript(ctx context.Context, sessionID string) ([]agent.Message, error) {
-	budget := m.opts.MaxTranscriptBytes
-	var newestFirst []agent.Message
-	before := ""
-	for page := transcriptFirstPage; len(newestFirst) < m.opts.TranscriptLimit && budget > 0; page *= 2 {
-		limit := min(page, m.opts.TranscriptLimit-len(newestFirst))
-		msgs, err := m.st.MessagesList(ctx, &store.MessagesListParams{SessionID: sessionID, Before: before, Limit: limit, RootOnly: true})
-		if err != nil {
-			return nil, err
-		}
-		var full bool
-		newestFirst, budget, full = takeNewest(newestFirst, msgs, budget, len(newestFirst) == 0)
-		if full || len(msgs) < limit {
-			break
-		}
-		before = msgs[0].MessageID
+	// One read: the store returns just the messages the byte bound lets
+	// through (and the one across it), not pages of rows to discard.
+	msgs, err := m.st.MessagesTranscript(ctx, sessionID, m.opts.TranscriptLimit, m.opts.MaxTranscriptBytes)
+	if err != nil {
+		return nil, err
 	}
+	newestFirst, _, _ := takeNewest(nil, msgs, m.opts.MaxTranscriptBytes, true)
 	slices.Reverse(newestFirst)
 	return newestFirst, nil
 }

@@ -80,6 +80,12 @@ type Queries interface {
 
 	MessageAppend(ctx context.Context, p *MessageAppendParams) (*Message, error)
 	MessagesList(ctx context.Context, p *MessagesListParams) ([]Message, error)
+	// MessagesTranscript returns, oldest first, the newest root-level
+	// messages of a session (child runs' turns left out), at most limit,
+	// that begin within budget bytes of content counted from the newest:
+	// those that fit and the first that passes the budget, for the caller
+	// to cut. One statement, which reads no content it does not return.
+	MessagesTranscript(ctx context.Context, sessionID string, limit, budget int) ([]Message, error)
 
 	AgentUpsert(ctx context.Context, p *AgentUpsertParams) (*Agent, error)
 	AgentGet(ctx context.Context, agentID string) (*Agent, error)

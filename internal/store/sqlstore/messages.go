@@ -21,6 +21,34 @@ func (q *queries) MessageAppend(ctx context.Context, p *store.MessageAppendParam
 
 // MessagesList returns the newest p.Limit messages before p.Before, oldest
 // first. Message ids are time-ordered, so they double as the paging cursor.
+// MessagesTranscript: the newest root-level messages' sizes, summed newest
+// first, pick the rows whose content is then read (by primary key), so a
+// session of huge messages costs reading only what the budget lets
+// through.
+func (q *queries) MessagesTranscript(ctx context.Context, sessionID string, limit, budget int) ([]store.Message, error) {
+	if limit <= 0 || budget <= 0 {
+		return []store.Message{}, nil
+	}
+	rows, err := q.query(ctx, `WITH newest AS (SELECT message_id, octet_length(content) AS n FROM messages
+			WHERE session_id = ? AND parent_run_id = '' ORDER BY message_id DESC LIMIT ?),
+		w AS (SELECT message_id, SUM(n) OVER (ORDER BY message_id DESC ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) - n AS before FROM newest)
+		SELECT m.message_id, m.session_id, m.run_id, m.agent_id, m.parent_run_id, m.intention_id, m.role, m.content, m.created_at
+		FROM w JOIN messages m ON m.message_id = w.message_id WHERE w.before <= ? ORDER BY m.message_id`, sessionID, limit, budget)
+	if err != nil {
+		return nil, fmt.Errorf("transcript of %s: %w", sessionID, err)
+	}
+	defer rows.Close()
+	out := []store.Message{}
+	for rows.Next() {
+		var m store.Message
+		if err := rows.Scan(&m.MessageID, &m.SessionID, &m.RunID, &m.AgentID, &m.ParentRunID, &m.IntentionID, &m.Role, &m.Content, &m.CreatedAt); err != nil {
+			return nil, fmt.Errorf("transcript of %s: %w", sessionID, err)
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
 func (q *queries) MessagesList(ctx context.Context, p *store.MessagesListParams) ([]store.Message, error) {
 	limit := p.Limit
 	if limit <= 0 || limit > 1000 {
