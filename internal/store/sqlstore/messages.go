@@ -21,13 +21,20 @@ func (q *queries) MessageAppend(ctx context.Context, p *store.MessageAppendParam
 
 // MessagesList returns the newest p.Limit messages before p.Before, oldest
 // first. Message ids are time-ordered, so they double as the paging cursor.
-// MessagesTranscript: the newest root-level messages' sizes, summed newest
-// first, pick the rows whose content is then read (by primary key), so a
-// session of huge messages costs reading only what the budget lets
-// through.
+// MessagesTranscript: on PostgreSQL one statement — the newest root-level
+// messages' sizes, summed newest first (octet_length reads no content),
+// pick the rows whose content is then read by primary key — instead of a
+// round trip per page. On SQLite, where a statement costs no round trip
+// but every row visited costs CPU, pages of doubling size (8, 16, …) are
+// read until the bound is passed: each row is visited once, and a session
+// of huge messages is read no further than about twice what the bound
+// lets through.
 func (q *queries) MessagesTranscript(ctx context.Context, sessionID string, limit, budget int) ([]store.Message, error) {
 	if limit <= 0 || budget <= 0 {
 		return []store.Message{}, nil
+	}
+	if q.d.Name == "sqlite" {
+		return q.transcriptPaged(ctx, sessionID, limit, budget)
 	}
 	rows, err := q.query(ctx, `WITH newest AS (SELECT message_id, octet_length(content) AS n FROM messages
 			WHERE session_id = ? AND parent_run_id = '' ORDER BY message_id DESC LIMIT ?),
@@ -47,6 +54,36 @@ func (q *queries) MessagesTranscript(ctx context.Context, sessionID string, limi
 		out = append(out, m)
 	}
 	return out, rows.Err()
+}
+
+// transcriptFirstPage is the first page transcriptPaged reads; each
+// further page doubles it.
+const transcriptFirstPage = 8
+
+// transcriptPaged is MessagesTranscript in pages (SQLite).
+func (q *queries) transcriptPaged(ctx context.Context, sessionID string, limit, budget int) ([]store.Message, error) {
+	var newestFirst []store.Message
+	before, used := "", 0
+	for page := transcriptFirstPage; len(newestFirst) < limit && used <= budget; page *= 2 {
+		n := min(page, limit-len(newestFirst))
+		msgs, err := q.MessagesList(ctx, &store.MessagesListParams{SessionID: sessionID, Before: before, Limit: n, RootOnly: true})
+		if err != nil {
+			return nil, fmt.Errorf("transcript of %s: %w", sessionID, err)
+		}
+		for i := len(msgs) - 1; i >= 0 && used <= budget; i-- {
+			newestFirst = append(newestFirst, msgs[i])
+			used += len(msgs[i].Content)
+		}
+		if len(msgs) < n {
+			break
+		}
+		before = msgs[0].MessageID
+	}
+	slices.Reverse(newestFirst)
+	if newestFirst == nil {
+		newestFirst = []store.Message{}
+	}
+	return newestFirst, nil
 }
 
 func (q *queries) MessagesList(ctx context.Context, p *store.MessagesListParams) ([]store.Message, error) {
