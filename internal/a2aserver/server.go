@@ -74,7 +74,7 @@ type Options struct {
 	// Tools answers approvals and client tools; nil refuses such answers.
 	Tools Tools
 	// Hold, when set, counts a request following a session as a client of
-	// it until release (ingress.Server.HoldAsync), so a client tool
+	// it until release (ingress.Server.Hold), so a client tool
 	// requested while an A2A stream is attached is dispatched to it rather
 	// than failing client_offline. recorded waits (bounded) until other
 	// processes can see the hold.

@@ -265,19 +265,11 @@ func (s *Server) Shutdown(ctx context.Context) {
 // an A2A request following the session (DESIGN §12) — exactly as a
 // connection following it, until release is called (release may be called
 // more than once). A client tool dispatched meanwhile finds the session's
-// client instead of failing client_offline. Like agent_invoke, it waits
-// briefly (bounded by ctx) for other processes to be told.
-func (s *Server) Hold(ctx context.Context, sessionID string) (release func()) {
-	recorded, release := s.HoldAsync(sessionID)
-	recorded(ctx)
-	return release
-}
-
-// HoldAsync is Hold without its wait: the client counts from now on for
-// this process, and recorded waits (bounded by its ctx and the flush
-// bound) until other processes are told, so the caller can do other work
+// client instead of failing client_offline. It counts for this process at
+// once; recorded waits, like agent_invoke does and bounded by its ctx, until
+// other processes are told — separately, so the caller can do other work
 // meanwhile.
-func (s *Server) HoldAsync(sessionID string) (recorded func(context.Context), release func()) {
+func (s *Server) Hold(sessionID string) (recorded func(context.Context), release func()) {
 	token := &conn{} // only a key among the session's followers
 	s.follow(token, sessionID, true)
 	var once sync.Once

@@ -226,7 +226,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 		mux.Handle("GET /v1/ws", ws)
 		// Every agent registered with a2a:true as an A2A agent (DESIGN
 		// §12): client-facing, like the WebSocket.
-		a2aserver.New(a2aserver.Options{Runs: runs, Log: log, Keys: keys, Tools: tools, Hold: ws.HoldAsync, Logger: logger}).Routes(mux)
+		a2aserver.New(a2aserver.Options{Runs: runs, Log: log, Keys: keys, Tools: tools, Hold: ws.Hold, Logger: logger}).Routes(mux)
 		ui := console.Handler()
 		mux.Handle("GET /{$}", ui)
 		mux.Handle("GET /console", ui)
