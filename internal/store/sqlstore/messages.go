@@ -36,11 +36,12 @@ func (q *queries) MessagesTranscript(ctx context.Context, sessionID string, limi
 	if q.d.Name == "sqlite" {
 		return q.transcriptPaged(ctx, sessionID, limit, budget)
 	}
+	cond, orderBy, args := q.inSession(sessionID)
 	rows, err := q.query(ctx, `WITH newest AS (SELECT message_id, octet_length(content) AS n FROM messages
-			WHERE `+inSession+` AND parent_run_id = '' ORDER BY session_id DESC, message_id DESC LIMIT ?),
+			WHERE `+cond+` AND parent_run_id = '' ORDER BY `+orderBy+`message_id DESC LIMIT ?),
 		w AS (SELECT message_id, SUM(n) OVER (ORDER BY message_id DESC ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) - n AS before FROM newest)
 		SELECT m.message_id, m.session_id, m.run_id, m.agent_id, m.parent_run_id, m.intention_id, m.role, m.content, m.created_at
-		FROM w JOIN messages m ON m.message_id = w.message_id WHERE w.before <= ? ORDER BY m.message_id`, sessionID, sessionID, limit, budget)
+		FROM w JOIN messages m ON m.message_id = w.message_id WHERE w.before <= ? ORDER BY m.message_id`, append(args, limit, budget)...)
 	if err != nil {
 		return nil, fmt.Errorf("transcript of %s: %w", sessionID, err)
 	}
@@ -91,8 +92,8 @@ func (q *queries) MessagesList(ctx context.Context, p *store.MessagesListParams)
 	if limit <= 0 || limit > 1000 {
 		limit = 100
 	}
-	query := `SELECT message_id, session_id, run_id, agent_id, parent_run_id, intention_id, role, content, created_at FROM messages WHERE ` + inSession
-	args := []any{p.SessionID, p.SessionID}
+	cond, orderBy, args := q.inSession(p.SessionID)
+	query := `SELECT message_id, session_id, run_id, agent_id, parent_run_id, intention_id, role, content, created_at FROM messages WHERE ` + cond
 	if p.RootOnly {
 		query += ` AND parent_run_id = ''`
 	}
@@ -100,7 +101,7 @@ func (q *queries) MessagesList(ctx context.Context, p *store.MessagesListParams)
 		query += ` AND message_id < ?`
 		args = append(args, p.Before)
 	}
-	query += ` ORDER BY session_id DESC, message_id DESC LIMIT ?`
+	query += ` ORDER BY ` + orderBy + `message_id DESC LIMIT ?`
 	args = append(args, limit)
 	rows, err := q.query(ctx, query, args...)
 	if err != nil {

@@ -119,8 +119,8 @@ func (q *queries) RunListTree(ctx context.Context, rootRunID string) ([]*store.R
 
 // RunLatest returns the newest run of a session matching p's filters.
 func (q *queries) RunLatest(ctx context.Context, p *store.RunLatestParams) (*store.Run, error) {
-	query := `SELECT ` + runCols + ` FROM runs WHERE ` + inSession
-	args := []any{p.SessionID, p.SessionID}
+	cond, orderBy, args := q.inSession(p.SessionID)
+	query := `SELECT ` + runCols + ` FROM runs WHERE ` + cond
 	if p.RootOnly {
 		query += ` AND parent_run_id = ''`
 	}
@@ -132,7 +132,7 @@ func (q *queries) RunLatest(ctx context.Context, p *store.RunLatestParams) (*sto
 		query += ` AND intention_id = ?`
 		args = append(args, p.IntentionID)
 	}
-	query += ` ORDER BY session_id DESC, started_at DESC, run_id DESC LIMIT 1`
+	query += ` ORDER BY ` + orderBy + `started_at DESC, run_id DESC LIMIT 1`
 	r, err := scanRun(q.queryRow(ctx, false, query, args...))
 	if err != nil {
 		return nil, fmt.Errorf("latest run of session %s: %w", p.SessionID, mapErr(q.d, err))

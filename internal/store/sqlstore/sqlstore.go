@@ -214,16 +214,23 @@ var sqliteParams = strings.NewReplacer("LIMIT ?", "LIMIT +?", "type = ?", "type 
 
 var sqliteBound sync.Map // query text -> SQLite form
 
-// inSession selects one session's rows as a range, taking the session id
-// twice, for a statement that wants a session's newest rows in an order
-// (ORDER BY session_id DESC, then the order). With session_id = ? instead,
-// PostgreSQL drops the constant from the order and may walk an index of
-// the order alone (runs_started, the messages' primary key) backward,
-// filtering by session: for a session whose rows are older than the rest
-// of the table, every newer row — 17–31 ms at 200,000 rows, growing with
-// the table — where the session's own index answers in microseconds. A
-// range is not a constant, so only the session's index gives the order.
-const inSession = `session_id >= ? AND session_id <= ?`
+// inSession is the condition, its arguments and the ORDER BY prefix of a
+// statement that wants a session's newest rows in an order. On
+// PostgreSQL the session is a range, ordered by first: with
+// session_id = ?, PostgreSQL drops the constant from the order and may
+// walk an index of the order alone (runs_started, the messages' primary
+// key) backward, filtering by session — for a session whose rows are older
+// than the rest of the table, every newer row: 17–31 ms at 200,000 rows,
+// growing with the table, where the session's index answers in
+// microseconds. A range is not a constant, so only the session's index
+// gives the order. SQLite keeps the equality: it has no incremental sort,
+// and the range made it sort all of a session's runs on every run start.
+func (q *queries) inSession(sessionID string) (cond, orderBy string, args []any) {
+	if q.d.Name == "postgres" {
+		return `session_id >= ? AND session_id <= ?`, `session_id DESC, `, []any{sessionID, sessionID}
+	}
+	return `session_id = ?`, ``, []any{sessionID}
+}
 
 // bind turns "?" placeholders into $n for PostgreSQL, and rewrites a few of
 // them for SQLite (sqliteParams). Queries are constants, so the result is
