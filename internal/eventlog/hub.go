@@ -66,25 +66,17 @@ func (h *Hub) PokeAll() {
 	}
 }
 
-func (h *Hub) subscribe(st store.Store, sessionID string, afterSeq int64) *Subscription {
-	s := &Subscription{hub: h, st: st, sessionID: sessionID, cursor: afterSeq, stale: true, notify: make(chan struct{}, 1)}
+// subscribe registers a subscription after afterSeq; stale when the store
+// may already hold events past it (a live subscription is made before
+// the events it follows are committed: Log.SubscribeLive).
+func (h *Hub) subscribe(st store.Store, sessionID string, afterSeq int64, stale bool) *Subscription {
+	s := &Subscription{hub: h, st: st, sessionID: sessionID, cursor: afterSeq, stale: stale, notify: make(chan struct{}, 1)}
 	h.mu.Lock()
 	if h.subs[sessionID] == nil {
 		h.subs[sessionID] = map[*Subscription]struct{}{}
 	}
 	h.subs[sessionID][s] = struct{}{}
 	h.mu.Unlock()
-	return s
-}
-
-// subscribeLive registers for sessionID's events before the caller
-// commits the first it will follow (see Log.SubscribeLive): not stale, so
-// what is pushed from now on is delivered without a read of the store.
-func (h *Hub) subscribeLive(st store.Store, sessionID string) *Subscription {
-	s := h.subscribe(st, sessionID, 0)
-	s.mu.Lock()
-	s.stale = false
-	s.mu.Unlock()
 	return s
 }
 

@@ -256,7 +256,7 @@ func (l *Log) Notified(origin string, sessionIDs []string) {
 // Subscribe follows sessionID from afterSeq: every later event exactly once,
 // in order, first from the store and then live. Close it when done.
 func (l *Log) Subscribe(sessionID string, afterSeq int64) *Subscription {
-	return l.hub.subscribe(l.st, sessionID, afterSeq)
+	return l.hub.subscribe(l.st, sessionID, afterSeq, true)
 }
 
 // SubscribeLive subscribes to sessionID before the caller commits the
@@ -266,7 +266,7 @@ func (l *Log) Subscribe(sessionID string, afterSeq int64) *Subscription {
 // in what arrives (events committed by another process, or more than the
 // buffer holds) is read from the store as always.
 func (l *Log) SubscribeLive(sessionID string) *Subscription {
-	return l.hub.subscribeLive(l.st, sessionID)
+	return l.hub.subscribe(l.st, sessionID, 0, false)
 }
 
 // Stop refuses new work, commits everything already queued, and returns

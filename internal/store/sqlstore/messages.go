@@ -19,8 +19,6 @@ func (q *queries) MessageAppend(ctx context.Context, p *store.MessageAppendParam
 		IntentionID: p.IntentionID, Role: p.Role, Content: p.Content, CreatedAt: p.CreatedAt}, nil
 }
 
-// MessagesList returns the newest p.Limit messages before p.Before, oldest
-// first. Message ids are time-ordered, so they double as the paging cursor.
 // MessagesTranscript: on PostgreSQL one statement — the newest root-level
 // messages' sizes, summed newest first (octet_length reads no content),
 // pick the rows whose content is then read by primary key — instead of a
@@ -40,17 +38,28 @@ func (q *queries) MessagesTranscript(ctx context.Context, sessionID string, limi
 	rows, err := q.query(ctx, `WITH newest AS (SELECT message_id, octet_length(content) AS n FROM messages
 			WHERE `+cond+` AND parent_run_id = '' ORDER BY `+orderBy+`message_id DESC LIMIT ?),
 		w AS (SELECT message_id, SUM(n) OVER (ORDER BY message_id DESC ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) - n AS before FROM newest)
-		SELECT m.message_id, m.session_id, m.run_id, m.agent_id, m.parent_run_id, m.intention_id, m.role, m.content, m.created_at
-		FROM w JOIN messages m ON m.message_id = w.message_id WHERE w.before <= ? ORDER BY m.message_id`, append(args, limit, budget)...)
+		SELECT `+messageCols+` FROM w JOIN messages m USING (message_id) WHERE w.before <= ? ORDER BY m.message_id`, append(args, limit, budget)...)
 	if err != nil {
 		return nil, fmt.Errorf("transcript of %s: %w", sessionID, err)
 	}
+	out, err := scanMessages(rows)
+	if err != nil {
+		return nil, fmt.Errorf("transcript of %s: %w", sessionID, err)
+	}
+	return out, nil
+}
+
+// messageCols are the columns scanMessages reads, in its order.
+const messageCols = `message_id, session_id, run_id, agent_id, parent_run_id, intention_id, role, content, created_at`
+
+// scanMessages reads rows of messageCols and closes them.
+func scanMessages(rows *rows) ([]store.Message, error) {
 	defer rows.Close()
 	out := []store.Message{}
 	for rows.Next() {
 		var m store.Message
 		if err := rows.Scan(&m.MessageID, &m.SessionID, &m.RunID, &m.AgentID, &m.ParentRunID, &m.IntentionID, &m.Role, &m.Content, &m.CreatedAt); err != nil {
-			return nil, fmt.Errorf("transcript of %s: %w", sessionID, err)
+			return nil, err
 		}
 		out = append(out, m)
 	}
@@ -63,7 +72,7 @@ const transcriptFirstPage = 8
 
 // transcriptPaged is MessagesTranscript in pages (SQLite).
 func (q *queries) transcriptPaged(ctx context.Context, sessionID string, limit, budget int) ([]store.Message, error) {
-	var newestFirst []store.Message
+	newestFirst := []store.Message{}
 	before, used := "", 0
 	for page := transcriptFirstPage; len(newestFirst) < limit && used <= budget; page *= 2 {
 		n := min(page, limit-len(newestFirst))
@@ -81,19 +90,18 @@ func (q *queries) transcriptPaged(ctx context.Context, sessionID string, limit, 
 		before = msgs[0].MessageID
 	}
 	slices.Reverse(newestFirst)
-	if newestFirst == nil {
-		newestFirst = []store.Message{}
-	}
 	return newestFirst, nil
 }
 
+// MessagesList returns the newest p.Limit messages before p.Before, oldest
+// first. Message ids are time-ordered, so they double as the paging cursor.
 func (q *queries) MessagesList(ctx context.Context, p *store.MessagesListParams) ([]store.Message, error) {
 	limit := p.Limit
 	if limit <= 0 || limit > 1000 {
 		limit = 100
 	}
 	cond, orderBy, args := q.inSession(p.SessionID)
-	query := `SELECT message_id, session_id, run_id, agent_id, parent_run_id, intention_id, role, content, created_at FROM messages WHERE ` + cond
+	query := `SELECT ` + messageCols + ` FROM messages WHERE ` + cond
 	if p.RootOnly {
 		query += ` AND parent_run_id = ''`
 	}
@@ -107,15 +115,10 @@ func (q *queries) MessagesList(ctx context.Context, p *store.MessagesListParams)
 	if err != nil {
 		return nil, fmt.Errorf("list messages of %s: %w", p.SessionID, err)
 	}
-	defer rows.Close()
-	out := []store.Message{}
-	for rows.Next() {
-		var m store.Message
-		if err := rows.Scan(&m.MessageID, &m.SessionID, &m.RunID, &m.AgentID, &m.ParentRunID, &m.IntentionID, &m.Role, &m.Content, &m.CreatedAt); err != nil {
-			return nil, fmt.Errorf("list messages of %s: %w", p.SessionID, err)
-		}
-		out = append(out, m)
+	out, err := scanMessages(rows)
+	if err != nil {
+		return nil, fmt.Errorf("list messages of %s: %w", p.SessionID, err)
 	}
 	slices.Reverse(out)
-	return out, rows.Err()
+	return out, nil
 }
