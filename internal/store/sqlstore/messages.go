@@ -20,13 +20,13 @@ func (q *queries) MessageAppend(ctx context.Context, p *store.MessageAppendParam
 }
 
 // MessagesTranscript: on PostgreSQL one statement — the newest root-level
-// messages' sizes, summed newest first (octet_length reads no content),
-// pick the rows whose content is then read by primary key — instead of a
-// round trip per page. On SQLite, where a statement costs no round trip
-// but every row visited costs CPU, pages of doubling size (8, 16, …) are
-// read until the bound is passed: each row is visited once, and a session
-// of huge messages is read no further than about twice what the bound
-// lets through.
+// messages, their sizes summed newest first, and only the rows within the
+// bound (and the one across it) sent back, so a session of huge messages
+// costs no more than its bound. On SQLite, where a statement costs no round
+// trip but every row visited costs CPU, pages of doubling size (8, 16, …)
+// are read until the bound is passed: each row is visited once, and a
+// session of huge messages is read no further than about twice what the
+// bound lets through.
 func (q *queries) MessagesTranscript(ctx context.Context, sessionID string, limit, budget int) ([]store.Message, error) {
 	if limit <= 0 || budget <= 0 {
 		return []store.Message{}, nil
@@ -34,11 +34,10 @@ func (q *queries) MessagesTranscript(ctx context.Context, sessionID string, limi
 	if q.d.Name == "sqlite" {
 		return q.transcriptPaged(ctx, sessionID, limit, budget)
 	}
-	cond, orderBy, args := q.inSession(sessionID)
-	rows, err := q.query(ctx, `WITH newest AS (SELECT message_id, octet_length(content) AS n FROM messages
-			WHERE `+cond+` AND parent_run_id = '' ORDER BY `+orderBy+`message_id DESC LIMIT ?),
-		w AS (SELECT message_id, SUM(n) OVER (ORDER BY message_id DESC ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) - n AS before FROM newest)
-		SELECT `+messageCols+` FROM w JOIN messages m USING (message_id) WHERE w.before <= ? ORDER BY m.message_id`, append(args, limit, budget)...)
+	// agentplane_transcript (postgres/migrations/0044_messages_root.sql)
+	// holds the statement, planned so that it walks the session's newest
+	// messages whatever the statistics say.
+	rows, err := q.query(ctx, `SELECT `+messageCols+` FROM agentplane_transcript(?, ?, ?)`, sessionID, limit, budget)
 	if err != nil {
 		return nil, fmt.Errorf("transcript of %s: %w", sessionID, err)
 	}

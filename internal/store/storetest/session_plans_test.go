@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -88,9 +89,70 @@ func TestSessionNewestUseTheSessionIndex(t *testing.T) {
 	if msgs, err := st.MessagesList(ctx, &store.MessagesListParams{SessionID: "sold", Limit: 8, RootOnly: true}); err != nil || len(msgs) != 8 || msgs[7].MessageID != "msg_a00002000" {
 		t.Fatalf("newest messages: %d %v", len(msgs), err)
 	}
-	check("the newest messages", plan("sold", "sold", 8), "messages_session", "messages_pkey")
+	check("the newest messages", plan("sold", "sold", 8), "Index Scan Backward using messages_root", "messages_pkey")
 	if msgs, err := st.MessagesTranscript(ctx, "sold", 200, 1<<20); err != nil || len(msgs) != 200 || msgs[199].MessageID != "msg_a00002000" {
 		t.Fatalf("transcript: %d %v", len(msgs), err)
 	}
-	check("the transcript", plan("sold", "sold", 200, 1<<20), "messages_session", "Index Scan Backward using messages_pkey")
+	// What the store's transcript statement read, in buffers (they include what
+	// a function it calls reads): the most over calls 2–8 on a connection
+	// of its own — past a function's compilation (the first), through the
+	// custom plans PostgreSQL makes for the first five (for this session's
+	// statistics) and the generic one after.
+	buffers := func(session string) int {
+		t.Helper()
+		mu.Lock()
+		q := last
+		mu.Unlock()
+		args := []any{session, 200, 1 << 20}
+		if strings.Contains(q, "$4") { // a session range: the session twice
+			args = []any{session, session, 200, 1 << 20}
+		}
+		conn, err := raw.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		most := 0
+		for i := range 8 {
+			rows, err := conn.QueryContext(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for rows.Next() {
+				var line string
+				rows.Scan(&line)
+				if j := strings.Index(line, "shared hit="); j >= 0 && n == 0 {
+					fmt.Sscanf(line[j:], "shared hit=%d", &n)
+				}
+			}
+			rows.Close()
+			if i > 0 {
+				most = max(most, n)
+			}
+		}
+		return most
+	}
+	if msgs, err := st.MessagesTranscript(ctx, "sold", 200, 1<<20); err != nil || len(msgs) != 200 || msgs[199].MessageID != "msg_a00002000" {
+		t.Fatalf("transcript: %d %v", len(msgs), err)
+	}
+	if n := buffers("sold"); n > 40 {
+		t.Errorf("the transcript of a 2,000-turn session read %d buffers; its newest 200 are a few pages", n)
+	}
+
+	// A session the statistics have not seen: 20,000 turns added after the
+	// last ANALYZE, so the planner takes it for a short one. A plain
+	// statement then read all its rows by bitmap and sorted them (~200
+	// buffers here, and time growing with the session); the transcript
+	// must still walk the newest 200 backward and stop.
+	if _, err := raw.ExecContext(ctx, `INSERT INTO messages (message_id, session_id, run_id, agent_id, parent_run_id, intention_id, role, content, created_at)
+			SELECT 'msg_c' || lpad(i::text, 8, '0'), 'snew', '', 'a', '', '', 'user', 'turn ' || i, i FROM generate_series(1, 20000) i`); err != nil {
+		t.Fatal(err)
+	}
+	if msgs, err := st.MessagesTranscript(ctx, "snew", 200, 1<<20); err != nil || len(msgs) != 200 || msgs[199].MessageID != "msg_c00020000" || msgs[0].MessageID != "msg_c00019801" {
+		t.Fatalf("transcript of the unseen session: %d %v", len(msgs), err)
+	}
+	if n := buffers("snew"); n > 40 {
+		t.Errorf("the transcript of a 20,000-turn session the statistics have not seen read %d buffers; its newest 200 are a few pages", n)
+	}
 }
