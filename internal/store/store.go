@@ -276,6 +276,12 @@ type Queries interface {
 // "<origin> <session id>,<session id>…".
 const NotifyChannel = "agentplane_events"
 
+// NotifyToolsChanged, named among a notification's session ids, says that
+// a registered tool was written (its row put or deleted), so processes
+// that keep tool rows read them again. No session id can take this form
+// (a session id is letters, digits and "_.:-").
+const NotifyToolsChanged = "!tools"
+
 // Session is one conversation of one user. LastSeq is the per-session event
 // counter: events get seq LastSeq+1… inside the transaction that inserts them.
 type Session struct {

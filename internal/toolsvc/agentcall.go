@@ -62,7 +62,7 @@ func (s *Service) agentTool(ctx context.Context, name string) (*tool.Tool, error
 	if err != nil {
 		return nil, err
 	}
-	row, err := s.st.ToolGet(ctx, name)
+	row, err := s.registry.rows.get(ctx, s.st, name)
 	if errors.Is(err, store.ErrNotFound) {
 		row, err = nil, nil
 	}

@@ -25,7 +25,7 @@ import (
 // manager (for cancel and its cascade hook) and a real HTTP tool server
 // that counts how often each call reached it.
 type harness struct {
-	t    *testing.T
+	t    testing.TB
 	ctx  context.Context
 	st   store.Store
 	log  *eventlog.Log
@@ -43,7 +43,7 @@ type harness struct {
 	received chan string
 }
 
-func newHarness(t *testing.T, dialect string) *harness {
+func newHarness(t testing.TB, dialect string) *harness {
 	h := &harness{t: t, ctx: context.Background(), execs: map[string]int{}, keys: map[string]string{}, received: make(chan string, 1000)}
 	h.st = testdb.Open(t, dialect)
 	h.log = eventlog.New(h.st, eventlog.Options{Origin: "test"})

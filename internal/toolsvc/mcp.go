@@ -144,7 +144,7 @@ func (r *registry) getMCP(ctx context.Context, name string) (*tool.Tool, *store.
 		}
 		return nil, nil, ErrToolNotFound
 	}
-	row, err := r.st.ToolGet(ctx, name)
+	row, err := r.rows.get(ctx, r.st, name)
 	if errors.Is(err, store.ErrNotFound) {
 		row = nil
 	} else if err != nil {
@@ -259,8 +259,12 @@ func (s *Service) putMCPOverride(ctx context.Context, d tool.Definition) (*ToolI
 		if row, created, err = tx.ToolPut(ctx, &store.ToolPutParams{Name: d.Name, Definition: raw, At: s.now()}); err != nil {
 			return err
 		}
+		if err := s.toolsChanged(ctx, tx); err != nil {
+			return err
+		}
 		return audit.Write(ctx, tx, audit.ToolPut, d.Name, map[string]any{"created": created, "kind": tool.KindMCP, "policy": d.Policy.Decision})
 	})
+	s.registry.rows.forget()
 	if err != nil {
 		return nil, false, err
 	}

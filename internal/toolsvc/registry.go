@@ -20,6 +20,7 @@ import (
 // compiles a definition only once per version.
 type registry struct {
 	st    store.Store
+	rows  toolRows // the rows themselves, briefly (rowcache.go)
 	mu    sync.RWMutex
 	cache map[string]compiled
 
@@ -50,7 +51,7 @@ func (r *registry) get(ctx context.Context, name string) (*tool.Tool, *store.Too
 	if tool.IsMCPName(name) {
 		return r.getMCP(ctx, name)
 	}
-	row, err := r.st.ToolGet(ctx, name)
+	row, err := r.rows.get(ctx, r.st, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil, ErrToolNotFound
 	}
@@ -133,8 +134,12 @@ func (s *Service) PutTool(ctx context.Context, d tool.Definition) (*ToolInfo, bo
 		if row, created, err = tx.ToolPut(ctx, &store.ToolPutParams{Name: t.Def.Name, Definition: def, At: s.now()}); err != nil {
 			return err
 		}
+		if err := s.toolsChanged(ctx, tx); err != nil {
+			return err
+		}
 		return audit.Write(ctx, tx, audit.ToolPut, t.Def.Name, map[string]any{"created": created, "kind": t.Def.Kind, "policy": t.Def.Policy.Decision})
 	})
+	s.registry.rows.forget() // after the commit: a read from now on sees it
 	if err != nil {
 		return nil, false, err
 	}
@@ -226,8 +231,12 @@ func (s *Service) DeleteTool(ctx context.Context, name string) error {
 		if err := tx.ToolDelete(ctx, name); err != nil {
 			return err
 		}
+		if err := s.toolsChanged(ctx, tx); err != nil {
+			return err
+		}
 		return audit.Write(ctx, tx, audit.ToolDelete, name, nil)
 	})
+	s.registry.rows.forget()
 	if errors.Is(err, store.ErrNotFound) {
 		return ErrToolNotFound
 	}

@@ -142,6 +142,7 @@ func New(log *eventlog.Log, opts Options) *Service {
 	log.Observe(s.waiters.committed, s.remoteMoved)
 	log.Observe(s.callEnded, s.remoteEnded)
 	log.Observe(s.observeMetrics, nil)
+	log.Observe(nil, s.heardToolsChanged)
 	return s
 }
 
