@@ -126,8 +126,15 @@ func queuedState(run *store.Run, position int, now int64) store.EventParams {
 }
 
 // queueCommitted is a commit hook: a root run that ended here frees a slot
-// (or leaves the queue), so the admitter looks at once.
+// (or leaves the queue), so the admitter looks at once — when there is a
+// slot to fill: with no MaxActiveRuns here and no queued run seen, a run's
+// end has nothing to admit, and the look would cost every run a statement
+// (runs queued by a process with a cap are still admitted, by the next
+// QueueInterval or that process's notification).
 func (m *Manager) queueCommitted(evs []store.Event) {
+	if m.opts.MaxActiveRuns <= 0 && !m.queue.nonEmpty.Load() {
+		return
+	}
 	for i := range evs {
 		if eventlog.IsRunEnd(evs[i].Type) && evs[i].ParentRunID == "" {
 			m.queue.poke()
