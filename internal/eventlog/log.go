@@ -173,12 +173,26 @@ func (l *Log) submit(ctx context.Context, sessionID string, o *op) error {
 		return ErrClosed
 	}
 	o.queued = time.Now()
+	w := l.shardFor(sessionID)
+	w.pending.Add(1)
 	select {
-	case l.shardFor(sessionID).queue <- o:
+	case w.queue <- o:
 		return nil
 	case <-ctx.Done():
+		w.pending.Add(-1)
 		return ctx.Err()
 	}
+}
+
+// tryInline commits o on the caller's goroutine if its writer is idle
+// (writer.commitInline).
+func (l *Log) tryInline(sessionID string, o *op) (bool, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closing {
+		return false, ErrClosed
+	}
+	return l.shardFor(sessionID).commitInline(o), nil
 }
 
 // Append appends events (all of one session) and returns them with their
@@ -203,6 +217,13 @@ type outcome struct {
 }
 
 func (l *Log) wait(ctx context.Context, sessionID string, o *op) ([]store.Event, error) {
+	var r outcome
+	o.done = func(evs []store.Event, err error) { r = outcome{evs, err} }
+	if ok, err := l.tryInline(sessionID, o); err != nil {
+		return nil, err
+	} else if ok {
+		return r.evs, r.err
+	}
 	ch := make(chan outcome, 1)
 	o.done = func(evs []store.Event, err error) { ch <- outcome{evs, err} }
 	if err := l.submit(ctx, sessionID, o); err != nil {
@@ -210,7 +231,7 @@ func (l *Log) wait(ctx context.Context, sessionID string, o *op) ([]store.Event,
 	}
 	// Once queued the op will commit even if ctx ends; wait regardless so the
 	// caller never acts on a write whose fate it does not know.
-	r := <-ch
+	r = <-ch
 	return r.evs, r.err
 }
 

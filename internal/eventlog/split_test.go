@@ -111,12 +111,12 @@ func TestFailingOpInLargeBatchIsIsolatedByHalving(t *testing.T) {
 	})
 }
 
-// waitQueued waits until the writer's queue holds n ops (the writer itself
-// is held busy by the test).
+// waitQueued waits until n ops wait behind the one the test holds in its
+// transaction (queued, or taken by the loop waiting for its turn).
 func waitQueued(t *testing.T, l *Log, n int) {
 	t.Helper()
 	for range 10000 {
-		if len(l.shards[0].queue) >= n {
+		if l.shards[0].pending.Load() >= int64(n)+1 {
 			return
 		}
 		time.Sleep(100 * time.Microsecond)
