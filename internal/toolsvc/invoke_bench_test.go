@@ -3,6 +3,8 @@ package toolsvc
 import (
 	"testing"
 
+	"github.com/agentplane/agentplane/internal/store"
+
 	"github.com/agentplane/agentplane/internal/tool"
 )
 
@@ -27,6 +29,36 @@ func BenchmarkInvokeServerTool(b *testing.B) {
 			for range b.N {
 				h.mustInvoke(r, "echo", `{"a":1}`)
 			}
+		})
+	}
+}
+
+// BenchmarkInvokeServerToolConcurrent is the same with 8 callers, each in
+// a run of its own: what the callers' commits share.
+func BenchmarkInvokeServerToolConcurrent(b *testing.B) {
+	for _, d := range []string{"sqlite", "postgres"} {
+		b.Run(d, func(b *testing.B) {
+			h := newHarness(b, d)
+			go func() {
+				for range h.received {
+				}
+			}()
+			h.put(tool.Definition{Name: "echo", Policy: tool.Policy{Decision: tool.DecisionAllow}})
+			runs := make(chan *store.Run, 64)
+			for range 64 {
+				runs <- h.newRun()
+			}
+			b.SetParallelism(4) // 8 callers on 2 CPUs
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				r := <-runs
+				for pb.Next() {
+					if _, err := h.invoke(r, "echo", `{"a":1}`, ""); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
 		})
 	}
 }

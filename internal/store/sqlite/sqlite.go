@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -67,9 +66,13 @@ func Open(ctx context.Context, path string) (*sqlstore.DB, error) {
 	// page (16 % of the server's CPU under the foundation benchmark).
 	pragmas := []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(ON)", "temp_store(MEMORY)"}
 	dsn := sqliteDSN(path, pragmas)
-	// The writer never checkpoints: a checkpoint inside a commit stalls the
-	// whole event log (60-900 ms seen). A background PASSIVE checkpoint on a
-	// reader connection does it instead without blocking the writer.
+	// The writer does not checkpoint by itself (wal_autocheckpoint(0)): a
+	// whole checkpoint inside a commit stalls the event log (60-900 ms
+	// seen). A background PASSIVE checkpoint on a reader connection copies
+	// the WAL instead, and the writer only finishes what it left
+	// (checkpoint.go), so that the WAL starts over rather than grow.
+	// journal_size_limit(64 MiB): a WAL that a burst grew is cut back to
+	// that when it starts over.
 	// cache_size(-65536): the writer's page cache is 64 MiB instead of
 	// SQLite's 2 MiB. A batch of events touches one leaf page per session in
 	// each per-session and per-run index; with 1,000 streaming sessions that
@@ -78,7 +81,7 @@ func Open(ctx context.Context, path string) (*sqlstore.DB, error) {
 	// append rate fell with the number of sessions; at 1,000 streams 40 % of
 	// the server's CPU was pread/pwrite). The cache grows only as pages are
 	// used.
-	write, err := sql.Open("sqlite", sqliteDSN(path, append(pragmas, "wal_autocheckpoint(0)", "cache_size(-65536)")))
+	write, err := sql.Open("sqlite", sqliteDSN(path, append(pragmas, "wal_autocheckpoint(0)", "journal_size_limit(67108864)", "cache_size(-65536)")))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -100,7 +103,9 @@ func Open(ctx context.Context, path string) (*sqlstore.DB, error) {
 	read.SetMaxOpenConns(n)
 	read.SetMaxIdleConns(n)
 	db := sqlstore.New(dialect, write, read)
-	db.OnClose(startCheckpointer(read))
+	ckpt := &checkpointer{read: read}
+	db.BeforeWrite(ckpt.beforeWrite)
+	db.OnClose(ckpt.start())
 	return db, nil
 }
 
@@ -111,31 +116,6 @@ func sqliteDSN(path string, pragmas []string) string {
 	}
 	q.Set("_txlock", "immediate")
 	return "file:" + path + "?" + q.Encode()
-}
-
-// checkpointEvery paces the background WAL checkpoint.
-const checkpointEvery = 250 * time.Millisecond
-
-// startCheckpointer copies the WAL back into the database file in the
-// background (PASSIVE: it never waits for, nor blocks, the writer), keeping
-// the WAL small now that the writer does not. It returns its stop function.
-func startCheckpointer(db *sql.DB) func() {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(checkpointEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				_, _ = db.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`)
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
 }
 
 // Migrations is the embedded migrations directory ("migrations/*.sql"),

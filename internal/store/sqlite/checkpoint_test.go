@@ -1,0 +1,54 @@
+package sqlite
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentplane/agentplane/internal/store"
+)
+
+// A writer that never stops must not grow the WAL without end: the
+// background checkpoint copies it back, the writer finishes each pass, and
+// the WAL starts over — while every committed event stays readable.
+func TestWALStartsOverUnderConstantWrites(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agentplane.db")
+	db, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.SessionCreate(ctx, &store.SessionCreateParams{SessionID: "s", UserID: "u", CreatedAt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	payload, _ := json.Marshal(map[string]string{"text": strings.Repeat("x", 3000)})
+	// Each commit adds a page of its own and touches the indexes' last
+	// pages: at least ~16 KB of WAL frames. Write for well over a few
+	// background passes.
+	var commits int
+	for start := time.Now(); time.Since(start) < 2*time.Second || commits < 500; commits++ {
+		if _, err := db.EventsAppend(ctx, []store.EventParams{{SessionID: "s", TS: 1, Type: "t", Payload: payload}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fi, err := os.Stat(path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := int64(commits) * 16 << 10 // a lower bound of what the commits wrote
+	if fi.Size() > written/3 {
+		t.Fatalf("WAL is %d bytes after %d commits (at least %d bytes of frames): it does not start over", fi.Size(), commits, written)
+	}
+	evs, err := db.EventsList(ctx, &store.EventsListParams{SessionID: "s", Limit: commits + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != commits || evs[len(evs)-1].Seq != int64(commits) {
+		t.Fatalf("%d events read back after %d commits", len(evs), commits)
+	}
+}
