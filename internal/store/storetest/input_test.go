@@ -9,16 +9,11 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"io/fs"
 	"strings"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/agentplane/agentplane/internal/store"
-	"github.com/agentplane/agentplane/internal/store/migrate"
-	"github.com/agentplane/agentplane/internal/store/postgres"
-	"github.com/agentplane/agentplane/internal/store/sqlite"
 	"github.com/agentplane/agentplane/internal/testdb"
 )
 
@@ -125,34 +120,8 @@ func TestMigrateInputRequiredKeepsData(t *testing.T) {
 		dsn := testdb.DSN(t, dialect)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		var db *sql.DB
-		var all fs.FS
-		var err error
-		if path, ok := strings.CutPrefix(dsn, "sqlite:"); ok {
-			all = sqlite.Migrations()
-			db, err = sql.Open("sqlite", "file:"+path+"?_pragma=foreign_keys(ON)&_pragma=busy_timeout(10000)")
-		} else {
-			all = postgres.Migrations()
-			db, err = sql.Open("pgx", dsn)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		db := databaseBefore(t, ctx, dialect, dsn, "0040_input_required")
 		defer db.Close()
-		old := fstest.MapFS{}
-		names, _ := fs.Glob(all, "migrations/*.sql")
-		for _, n := range names {
-			if strings.Compare(n, "migrations/0040_input_required.sql") < 0 {
-				b, _ := fs.ReadFile(all, n)
-				old[n] = &fstest.MapFile{Data: b}
-			}
-		}
-		if len(old) < 7 || len(old) == len(names) {
-			t.Fatalf("found %d of %d migrations before 0040_input_required", len(old), len(names))
-		}
-		if err := migrate.Apply(ctx, db, old, "migrations", dialect == "postgres"); err != nil {
-			t.Fatal(err)
-		}
 		for _, q := range []string{
 			`INSERT INTO sessions (session_id, user_id, created_at) VALUES ('ses_1', 'u1', 1)`,
 			`INSERT INTO runs (run_id, session_id, agent_id, root_run_id, status, owner, started_at, ended_at) VALUES ('run_1', 'ses_1', 'a', 'run_1', 'DONE', 'i1', 1, 2)`,
@@ -165,16 +134,7 @@ func TestMigrateInputRequiredKeepsData(t *testing.T) {
 		}
 		db.Close()
 
-		var s store.Store
-		if path, ok := strings.CutPrefix(dsn, "sqlite:"); ok {
-			s, err = sqlite.Open(ctx, path)
-		} else {
-			s, err = postgres.Open(ctx, dsn, postgres.Options{})
-		}
-		if err != nil {
-			t.Fatalf("upgrade: %v", err)
-		}
-		defer s.Close()
+		s := openUpgraded(t, ctx, dsn)
 		r, err := s.RunGet(ctx, "run_1")
 		if err != nil || r.Status != store.RunDone || r.IntentionID != "" {
 			t.Fatalf("run after upgrade = %+v, %v", r, err)
