@@ -141,6 +141,21 @@ func shapeChunks(n, max int) func(yield func(start, size int) bool) {
 // trips on PostgreSQL) and records each session's first new seq in next.
 // UPDATE … FROM (VALUES …) RETURNING works on both databases.
 func (q *queries) bumpSeqs(ctx context.Context, sessions []string, counts, next map[string]int64) error {
+	if len(sessions) == 1 {
+		// One session (a tool call's or a run's step, most commits
+		// without streams): the plain UPDATE, which SQLite runs without
+		// the join's ephemeral table.
+		var last int64
+		err := q.queryRow(ctx, true, `UPDATE sessions SET last_seq = last_seq + ? WHERE session_id = ? RETURNING last_seq`, counts[sessions[0]], sessions[0]).Scan(&last)
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("allocate seq for session %s: %w", sessions[0], store.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("allocate seqs: %w", err)
+		}
+		next[sessions[0]] = last - counts[sessions[0]] + 1
+		return nil
+	}
 	var b strings.Builder
 	b.WriteString(`UPDATE sessions SET last_seq = last_seq + v.column2 FROM (VALUES `)
 	args := make([]any, 0, 2*len(sessions))
