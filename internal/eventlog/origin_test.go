@@ -2,7 +2,6 @@ package eventlog
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -36,24 +35,7 @@ func TestSameOriginPrefixStillHearsTheOther(t *testing.T) {
 		t.Fatalf("origins %q and %q", a.Origin(), b.Origin())
 	}
 
-	lctx, stopListen := context.WithCancel(ctx)
-	listening := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		postgres.Listen(lctx, dsn, slog.Default(), func(origin string, sessions []string) {
-			if sessions == nil {
-				select {
-				case <-listening:
-				default:
-					close(listening)
-				}
-			}
-			b.Notified(origin, sessions)
-		})
-	}()
-	defer func() { stopListen(); <-stopped }()
-	<-listening
+	defer testdb.Listen(dsn, b.Notified)()
 
 	sid := session(t, stA)
 	sub := b.Subscribe(sid, 0)

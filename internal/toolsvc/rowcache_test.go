@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -130,23 +129,7 @@ func TestToolEditReachesOtherReplica(t *testing.T) {
 	frozen := time.Now()
 	b.registry.rows.now = func() time.Time { return frozen }
 
-	lctx, stopListen := context.WithCancel(ctx)
-	listening, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		postgres.Listen(lctx, dsn, slog.Default(), func(origin string, sessions []string) {
-			if sessions == nil {
-				select {
-				case <-listening:
-				default:
-					close(listening)
-				}
-			}
-			logB.Notified(origin, sessions)
-		})
-	}()
-	defer func() { stopListen(); <-stopped }()
-	<-listening
+	defer testdb.Listen(dsn, logB.Notified)()
 
 	var sent atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
