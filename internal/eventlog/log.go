@@ -217,21 +217,21 @@ type outcome struct {
 }
 
 func (l *Log) wait(ctx context.Context, sessionID string, o *op) ([]store.Event, error) {
-	var r outcome
-	o.done = func(evs []store.Event, err error) { r = outcome{evs, err} }
-	if ok, err := l.tryInline(sessionID, o); err != nil {
-		return nil, err
-	} else if ok {
-		return r.evs, r.err
-	}
 	ch := make(chan outcome, 1)
 	o.done = func(evs []store.Event, err error) { ch <- outcome{evs, err} }
-	if err := l.submit(ctx, sessionID, o); err != nil {
+	inline, err := l.tryInline(sessionID, o)
+	if err != nil {
 		return nil, err
 	}
+	if !inline {
+		if err := l.submit(ctx, sessionID, o); err != nil {
+			return nil, err
+		}
+	}
 	// Once queued the op will commit even if ctx ends; wait regardless so the
-	// caller never acts on a write whose fate it does not know.
-	r = <-ch
+	// caller never acts on a write whose fate it does not know. (Inline, it
+	// has committed already.)
+	r := <-ch
 	return r.evs, r.err
 }
 

@@ -11,8 +11,6 @@ import (
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/ids"
 	"github.com/agentplane/agentplane/internal/store"
-	"github.com/agentplane/agentplane/internal/store/postgres"
-	"github.com/agentplane/agentplane/internal/store/sqlite"
 	"github.com/agentplane/agentplane/internal/testdb"
 )
 
@@ -20,23 +18,7 @@ import (
 func openTwice(t *testing.T, dialect string) (store.Store, store.Store) {
 	t.Helper()
 	dsn := testdb.DSN(t, dialect)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	open := func() store.Store {
-		var s store.Store
-		var err error
-		if path, ok := strings.CutPrefix(dsn, "sqlite:"); ok {
-			s, err = sqlite.Open(ctx, path)
-		} else {
-			s, err = postgres.Open(ctx, dsn, postgres.Options{})
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	return open(), open()
+	return testdb.OpenDSN(t, dsn), testdb.OpenDSN(t, dsn)
 }
 
 // manager makes a Manager for instance on st (not started).

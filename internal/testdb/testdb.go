@@ -56,7 +56,14 @@ func DSN(t testing.TB, dialect string) string {
 // Open returns a fresh, migrated store of dialect, closed at test end.
 func Open(t testing.TB, dialect string) store.Store {
 	t.Helper()
-	dsn := DSN(t, dialect)
+	return OpenDSN(t, DSN(t, dialect))
+}
+
+// OpenDSN opens the database at dsn (DSN's form) as the platform does,
+// migrating it, closed at test end: a second process on a database, or one
+// a test made at an older version.
+func OpenDSN(t testing.TB, dsn string) store.Store {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var s store.Store
@@ -73,7 +80,7 @@ func Open(t testing.TB, dialect string) store.Store {
 		s, err = postgres.Open(ctx, dsn, postgres.Options{})
 	}
 	if err != nil {
-		t.Fatalf("open %s store: %v", dialect, err)
+		t.Fatalf("open store %s: %v", dsn, err)
 	}
 	t.Cleanup(func() { s.Close() })
 	return s

@@ -4,9 +4,20 @@ import (
 	"testing"
 
 	"github.com/agentplane/agentplane/internal/store"
-
 	"github.com/agentplane/agentplane/internal/tool"
 )
+
+// benchHarness is a harness on dialect with an allowed server tool "echo"
+// whose requests nobody waits to count.
+func benchHarness(b *testing.B, dialect string) *harness {
+	h := newHarness(b, dialect)
+	go func() { // the harness reports each request it serves
+		for range h.received {
+		}
+	}()
+	h.put(tool.Definition{Name: "echo", Policy: tool.Policy{Decision: tool.DecisionAllow}})
+	return h
+}
 
 // BenchmarkInvokeServerTool is one allowed server tool call, invoke to
 // succeeded, in one live run, on each store: the tool service, the event
@@ -15,12 +26,7 @@ import (
 func BenchmarkInvokeServerTool(b *testing.B) {
 	for _, d := range []string{"sqlite", "postgres"} {
 		b.Run(d, func(b *testing.B) {
-			h := newHarness(b, d)
-			go func() { // the harness reports each request it serves
-				for range h.received {
-				}
-			}()
-			h.put(tool.Definition{Name: "echo", Policy: tool.Policy{Decision: tool.DecisionAllow}})
+			h := benchHarness(b, d)
 			r := h.newRun()
 			for range 200 {
 				h.mustInvoke(r, "echo", `{"a":1}`)
@@ -38,12 +44,7 @@ func BenchmarkInvokeServerTool(b *testing.B) {
 func BenchmarkInvokeServerToolConcurrent(b *testing.B) {
 	for _, d := range []string{"sqlite", "postgres"} {
 		b.Run(d, func(b *testing.B) {
-			h := newHarness(b, d)
-			go func() {
-				for range h.received {
-				}
-			}()
-			h.put(tool.Definition{Name: "echo", Policy: tool.Policy{Decision: tool.DecisionAllow}})
+			h := benchHarness(b, d)
 			runs := make(chan *store.Run, 64)
 			for range 64 {
 				runs <- h.newRun()

@@ -248,7 +248,7 @@ func (s *Service) putMCPOverride(ctx context.Context, d tool.Definition) (*ToolI
 	}
 	var row *store.ToolRow
 	var created bool
-	err = s.st.InTx(ctx, func(tx store.Queries) error {
+	err = s.writeTools(ctx, func(tx store.Queries) error {
 		if audit.ActorFrom(ctx) == audit.Config {
 			if cur, err := tx.ToolGet(ctx, d.Name); err == nil && string(cur.Definition) == string(raw) {
 				row, created = cur, false
@@ -259,12 +259,8 @@ func (s *Service) putMCPOverride(ctx context.Context, d tool.Definition) (*ToolI
 		if row, created, err = tx.ToolPut(ctx, &store.ToolPutParams{Name: d.Name, Definition: raw, At: s.now()}); err != nil {
 			return err
 		}
-		if err := s.toolsChanged(ctx, tx); err != nil {
-			return err
-		}
 		return audit.Write(ctx, tx, audit.ToolPut, d.Name, map[string]any{"created": created, "kind": tool.KindMCP, "policy": d.Policy.Decision})
 	})
-	s.registry.rows.forget()
 	if err != nil {
 		return nil, false, err
 	}

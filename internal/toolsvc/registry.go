@@ -121,7 +121,7 @@ func (s *Service) PutTool(ctx context.Context, d tool.Definition) (*ToolInfo, bo
 	var row *store.ToolRow
 	var created bool
 	// The change and its audit row commit together (DESIGN §15).
-	err = s.st.InTx(ctx, func(tx store.Queries) error {
+	err = s.writeTools(ctx, func(tx store.Queries) error {
 		if audit.ActorFrom(ctx) == audit.Config {
 			// The config file is applied at every start: a definition it
 			// already stored is left alone, and not audited again.
@@ -134,12 +134,8 @@ func (s *Service) PutTool(ctx context.Context, d tool.Definition) (*ToolInfo, bo
 		if row, created, err = tx.ToolPut(ctx, &store.ToolPutParams{Name: t.Def.Name, Definition: def, At: s.now()}); err != nil {
 			return err
 		}
-		if err := s.toolsChanged(ctx, tx); err != nil {
-			return err
-		}
 		return audit.Write(ctx, tx, audit.ToolPut, t.Def.Name, map[string]any{"created": created, "kind": t.Def.Kind, "policy": t.Def.Policy.Decision})
 	})
-	s.registry.rows.forget() // after the commit: a read from now on sees it
 	if err != nil {
 		return nil, false, err
 	}
@@ -227,16 +223,12 @@ func (s *Service) toolInfos(rows []*store.ToolRow, withMCP bool) []*ToolInfo {
 // keep running under the definition they started with.
 func (s *Service) DeleteTool(ctx context.Context, name string) error {
 	name = tool.CanonicalName(name)
-	err := s.st.InTx(ctx, func(tx store.Queries) error {
+	err := s.writeTools(ctx, func(tx store.Queries) error {
 		if err := tx.ToolDelete(ctx, name); err != nil {
-			return err
-		}
-		if err := s.toolsChanged(ctx, tx); err != nil {
 			return err
 		}
 		return audit.Write(ctx, tx, audit.ToolDelete, name, nil)
 	})
-	s.registry.rows.forget()
 	if errors.Is(err, store.ErrNotFound) {
 		return ErrToolNotFound
 	}

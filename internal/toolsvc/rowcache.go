@@ -79,11 +79,19 @@ func (c *toolRows) forget() {
 	c.mu.Unlock()
 }
 
-// toolsChanged tells the processes sharing the store that tools changed,
-// in tx, so that the word is sent when the change commits (PostgreSQL;
-// nothing to tell on SQLite, which one process serves).
-func (s *Service) toolsChanged(ctx context.Context, tx store.Queries) error {
-	return tx.EventsNotify(ctx, s.log.Origin(), []string{store.NotifyToolsChanged})
+// writeTools runs fn, which writes tool rows, in one transaction that also
+// tells the processes sharing the store (the word is sent when it commits,
+// on PostgreSQL; SQLite has one process), then forgets this process's
+// rows: after the commit, so a read from then on sees the write.
+func (s *Service) writeTools(ctx context.Context, fn func(tx store.Queries) error) error {
+	err := s.st.InTx(ctx, func(tx store.Queries) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return tx.EventsNotify(ctx, s.log.Origin(), []string{store.NotifyToolsChanged})
+	})
+	s.registry.rows.forget()
+	return err
 }
 
 // heardToolsChanged is the remote half: another process wrote a tool, or

@@ -51,7 +51,7 @@ func (c *checkpointer) start() func() {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if frames, _, err := passive(ctx, c.read); err == nil && frames >= restartFrames {
+				if frames, err := passive(ctx, c.read); err == nil && frames >= restartFrames {
 					c.due.Store(true)
 				}
 			}
@@ -63,14 +63,14 @@ func (c *checkpointer) start() func() {
 // beforeWrite is the writer's side (sqlstore.DB.BeforeWrite).
 func (c *checkpointer) beforeWrite(ctx context.Context, write *sql.DB) {
 	if c.due.CompareAndSwap(true, false) {
-		_, _, _ = passive(context.WithoutCancel(ctx), write)
+		_, _ = passive(context.WithoutCancel(ctx), write)
 	}
 }
 
 // passive runs a PASSIVE checkpoint on one of db's connections and reports
-// the WAL's length in frames and how many of them are now copied back.
-func passive(ctx context.Context, db *sql.DB) (frames, copied int64, err error) {
-	var busy int64
+// the WAL's length in frames.
+func passive(ctx context.Context, db *sql.DB) (frames int64, err error) {
+	var busy, copied int64
 	err = db.QueryRowContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &frames, &copied)
-	return frames, copied, err
+	return frames, err
 }

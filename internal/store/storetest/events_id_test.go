@@ -32,7 +32,7 @@ func TestMigrateEventsIDUnindexed(t *testing.T) {
 		}
 		db.Close()
 
-		s := openUpgraded(t, ctx, dsn)
+		s := testdb.OpenDSN(t, dsn) // applies the rest of the migrations
 		evs, err := s.EventsList(ctx, &store.EventsListParams{SessionID: "ses_1", Limit: 10})
 		if err != nil || len(evs) != 3 {
 			t.Fatalf("events after upgrade: %+v %v", evs, err)

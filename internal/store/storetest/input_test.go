@@ -134,7 +134,7 @@ func TestMigrateInputRequiredKeepsData(t *testing.T) {
 		}
 		db.Close()
 
-		s := openUpgraded(t, ctx, dsn)
+		s := testdb.OpenDSN(t, dsn) // applies the rest of the migrations
 		r, err := s.RunGet(ctx, "run_1")
 		if err != nil || r.Status != store.RunDone || r.IntentionID != "" {
 			t.Fatalf("run after upgrade = %+v, %v", r, err)

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/store/migrate"
 	"github.com/agentplane/agentplane/internal/store/postgres"
 	"github.com/agentplane/agentplane/internal/store/sqlite"
@@ -41,22 +40,4 @@ func databaseBefore(t *testing.T, ctx context.Context, dialect, dsn, migration s
 		t.Fatal(err)
 	}
 	return db
-}
-
-// openUpgraded opens dsn as the platform does, which applies the rest of
-// the migrations; closed at test end.
-func openUpgraded(t *testing.T, ctx context.Context, dsn string) store.Store {
-	t.Helper()
-	var s store.Store
-	var err error
-	if path, ok := strings.CutPrefix(dsn, "sqlite:"); ok {
-		s, err = sqlite.Open(ctx, path)
-	} else {
-		s, err = postgres.Open(ctx, dsn, postgres.Options{})
-	}
-	if err != nil {
-		t.Fatalf("upgrade: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
 }
