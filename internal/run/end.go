@@ -87,11 +87,20 @@ func (m *Manager) EndTx(ctx context.Context, tx store.Queries, run *store.Run, a
 	if err != nil {
 		return nil, nil, err
 	}
-	evs, all, err := m.endDescendants(ctx, tx, ended, at, &end)
+	// What else the end has to visit, in one read: most runs have no
+	// child, no tool call left open and no LLM call, and skip those reads.
+	look, err := tx.RunEndOutlook(ctx, ended)
 	if err != nil {
 		return nil, nil, err
 	}
-	own, err := m.endEvents(ctx, tx, ended, at, &end, true)
+	var evs []store.EventParams
+	var all []*store.Run
+	if look.Children {
+		if evs, all, err = m.endDescendants(ctx, tx, ended, at, &end); err != nil {
+			return nil, nil, err
+		}
+	}
+	own, err := m.endEvents(ctx, tx, ended, at, &end, true, look)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -146,7 +155,7 @@ func (m *Manager) endDescendants(ctx context.Context, tx store.Queries, run *sto
 		}
 		// The call_<agent> call whose execution d is belongs to d's parent,
 		// which is ending here too: its own cascade settles that call.
-		own, err := m.endEvents(ctx, tx, r, at, e, false)
+		own, err := m.endEvents(ctx, tx, r, at, e, false, nil)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -179,15 +188,20 @@ func descendants(tree []*store.Run, runID string) []*store.Run {
 
 // endEvents records the end of run (already transitioned): its tool
 // calls' cascade, the transcript, the terminal events and, for a child,
-// the echo and (when settleCall) the call_<agent> call it executed.
-func (m *Manager) endEvents(ctx context.Context, tx store.Queries, run *store.Run, at int64, end *End, settleCall bool) ([]store.EventParams, error) {
+// the echo and (when settleCall) the call_<agent> call it executed. look,
+// when known, skips the cascade of a run with no tool call open and the
+// cost of a run with no LLM call.
+func (m *Manager) endEvents(ctx context.Context, tx store.Queries, run *store.Run, at int64, end *End, settleCall bool, look *store.RunOutlook) ([]store.EventParams, error) {
 	reason := end.Reason
 	if reason == "" {
 		reason = "the run ended"
 	}
-	evs, err := m.onEnd(ctx, tx, run, at, reason)
-	if err != nil {
-		return nil, err
+	var evs []store.EventParams
+	if look == nil || look.OpenToolCalls {
+		var err error
+		if evs, err = m.onEnd(ctx, tx, run, at, reason); err != nil {
+			return nil, err
+		}
 	}
 	ev := func(typ string, payload any) {
 		b, ok := payload.(json.RawMessage)
@@ -224,9 +238,13 @@ func (m *Manager) endEvents(ctx context.Context, tx store.Queries, run *store.Ru
 				return nil, err
 			}
 		}
-		cost, calls, err := runCost(ctx, tx, run)
-		if err != nil {
-			return nil, err
+		var cost float64
+		var calls int
+		if look == nil || look.LLMCalls {
+			var err error
+			if cost, calls, err = runCost(ctx, tx, run); err != nil {
+				return nil, err
+			}
 		}
 		if child {
 			ev(eventlog.TypeSubAgentComplete, map[string]any{"agent_id": run.AgentID, "output": end.Output, "usage": usage, "duration_ms": duration})

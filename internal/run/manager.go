@@ -70,7 +70,8 @@ type Options struct {
 	// FAILED or CANCELLED) and returns events to record before the run's
 	// own terminal event; reason says in words how the run ended. The tool
 	// service ends the run's waiting tool calls and approvals there, so the
-	// cascade commits with the run's end or not at all (DESIGN §2.4).
+	// cascade commits with the run's end or not at all (DESIGN §2.4). It
+	// is not called for a run with no tool call open (store.RunOutlook).
 	OnEnd func(ctx context.Context, tx store.Queries, run *store.Run, at int64, reason string) ([]store.EventParams, error)
 	// OnChildEnd, when set, runs inside the transaction that ends a child
 	// run started by a call_<agent> tool call (run.ToolCallID), after the

@@ -62,6 +62,12 @@ type Queries interface {
 	// them commits either before this read (and is seen) or after this
 	// transaction (and its events come later in the session).
 	RunsEnded(ctx context.Context, runIDs []string) (map[string]bool, error)
+	// RunEndOutlook says what ending run has to visit besides the run
+	// itself, in one read: most runs start no child, leave no tool call
+	// open and make no LLM call, and their end then skips three reads.
+	// Inside the transaction that ended the run, after its transition, it
+	// sees what the reads it replaces would have seen.
+	RunEndOutlook(ctx context.Context, run *Run) (*RunOutlook, error)
 	RunListActive(ctx context.Context, p *RunListActiveParams) ([]*Run, error)
 	// RunListChildren lists the runs parentRunID started, oldest first.
 	RunListChildren(ctx context.Context, parentRunID string) ([]*Run, error)
@@ -397,6 +403,16 @@ type RunTransitionParams struct {
 	// Question and QuestionDetail are stored when set (INPUT_REQUIRED).
 	Question       string
 	QuestionDetail json.RawMessage
+}
+
+// RunOutlook is what RunEndOutlook found for a run.
+type RunOutlook struct {
+	// Children: the run started child runs (ended or not).
+	Children bool
+	// OpenToolCalls: some tool call of the run has not ended.
+	OpenToolCalls bool
+	// LLMCalls: the run has llm_call_done events (its cost is summed).
+	LLMCalls bool
 }
 
 // RunLatestParams finds the newest run (by start) of a session matching

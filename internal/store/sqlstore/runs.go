@@ -250,6 +250,22 @@ func (q *queries) RunTransition(ctx context.Context, p *store.RunTransitionParam
 	return cur, fmt.Errorf("run %s is %s, not %s: %w", p.RunID, cur.Status, strings.Join(p.From, "|"), store.ErrConflict)
 }
 
+// RunEndOutlook reads, in one statement, whether run has children, tool
+// calls not ended and LLM calls. Each condition is the one its index is
+// partial on (runs_parent, events_run), so the index is used.
+func (q *queries) RunEndOutlook(ctx context.Context, run *store.Run) (*store.RunOutlook, error) {
+	var o store.RunOutlook
+	err := q.queryRow(ctx, true, `SELECT
+		EXISTS (SELECT 1 FROM runs WHERE parent_run_id = ? AND parent_run_id <> ''),
+		EXISTS (SELECT 1 FROM tool_calls WHERE run_id = ? AND ended_at IS NULL),
+		EXISTS (SELECT 1 FROM events WHERE run_id = ? AND type NOT IN ('agent_stream_delta', 'sub_agent_partial') AND type = 'llm_call_done' AND session_id = ?)`,
+		run.RunID, run.RunID, run.RunID, run.SessionID).Scan(&o.Children, &o.OpenToolCalls, &o.LLMCalls)
+	if err != nil {
+		return nil, fmt.Errorf("outlook of run %s: %w", run.RunID, mapErr(q.d, err))
+	}
+	return &o, nil
+}
+
 // RunListActive lists non-terminal runs, oldest first.
 func (q *queries) RunListActive(ctx context.Context, p *store.RunListActiveParams) ([]*store.Run, error) {
 	limit := p.Limit
