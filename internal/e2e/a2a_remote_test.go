@@ -176,6 +176,26 @@ func TestA2ARemoteAgent(t *testing.T) {
 		if remoteTaskEvent(t, s, answer[0]["run_id"].(string)) != taskID {
 			t.Error("the answer ran another remote task")
 		}
+		// Across a kill -9 and a restart the answer still continues the
+		// remote task: the new process, which never drove the question's
+		// run, reads the task from the log.
+		c.send(map[string]any{"type": "agent_invoke", "request_id": "w2", "session_id": sid, "agent_id": "remote", "message": map[string]any{"role": "user", "content": "weather"}})
+		asked = c.untilEnd()
+		if last := asked[len(asked)-1]; last["type"] != "input_required" {
+			t.Fatalf("weather again: %v", asked)
+		}
+		taskID2 := remoteTaskEvent(t, s, asked[0]["run_id"].(string))
+		c.conn.Close()
+		s.kill()
+		s.restart()
+		c = dial(t, s, "alice", "alice-key")
+		c.send(map[string]any{"type": "agent_invoke", "request_id": "a2", "session_id": sid, "agent_id": "remote", "message": map[string]any{"role": "user", "content": "Bergen"}})
+		if answer := c.untilEnd(); text(answer) != "Sunny in Bergen" || answer[0]["resumes_run_id"] != asked[0]["run_id"] {
+			t.Fatalf("answer after restart: %v", answer)
+		}
+		if continued, _ := streamer.seen(); fmt.Sprint(continued) != "["+taskID+" "+taskID2+"]" {
+			t.Errorf("the remote continued %v, want [%s %s]", continued, taskID, taskID2)
+		}
 
 		// Cancel reaches the remote as tasks/cancel.
 		c.send(map[string]any{"type": "agent_invoke", "request_id": "s", "agent_id": "remote", "message": map[string]any{"role": "user", "content": "slow"}})

@@ -41,6 +41,10 @@ type End struct {
 	// its caller gets.
 	Question string
 	Detail   json.RawMessage
+
+	// remote is the remote A2A task the run recorded last, kept in memory
+	// once the end commits (remoteRefs).
+	remote *remoteRef
 }
 
 // code is the error code of e ("" for DONE).

@@ -136,6 +136,9 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 		}{text})
 		return event(eventlog.TypeSubAgentPartial, b)
 	}
+	// remote is the remote task the agent reported last (handle's events
+	// come one at a time).
+	var remote *remoteRef
 	echo := store.EchoOff
 	if run.ParentRunID != "" {
 		echo = ag.SubAgentEcho
@@ -171,6 +174,7 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 			// resumes this one continues the same remote task.
 			typ = eventlog.TypeA2ARemoteTask
 			payload, _ = json.Marshal(map[string]string{"agent_id": ag.AgentID, "task_id": ev.RemoteTaskID, "context_id": ev.RemoteContextID})
+			remote = &remoteRef{taskID: ev.RemoteTaskID, contextID: ev.RemoteContextID}
 		case "state":
 			typ = eventlog.TypeState
 			detail := ev.Detail
@@ -292,10 +296,12 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 	if res != nil && len(res.Usage) > 0 {
 		end.Usage = res.Usage
 	}
+	end.remote = remote
 	if res != nil && res.InputRequired != nil {
 		q := res.InputRequired
 		end, endOutcome, failMsg = End{Status: store.RunInputRequired, Question: q.Question, Detail: q.Detail, Reason: "the agent asked the user for input", Invoke: invoke},
 			"input_required", "could not record the agent's question"
+		end.remote = remote
 	}
 	if end.Status == store.RunDone {
 		log.Debug("run done", "deltas", deltas, "ms", time.Since(began).Milliseconds())
@@ -321,21 +327,6 @@ func protocolOf(ag *store.Agent) string {
 		return "agentplane"
 	}
 	return ag.Protocol
-}
-
-// remoteTask reads the remote A2A task and context a run recorded (its
-// last a2a_remote_task event); empty when none.
-func (m *Manager) remoteTask(ctx context.Context, sessionID, runID string) (taskID, contextID string) {
-	evs, err := m.st.EventsList(ctx, &store.EventsListParams{SessionID: sessionID, RunID: runID, Type: eventlog.TypeA2ARemoteTask, Limit: 1000})
-	if err != nil || len(evs) == 0 {
-		return "", ""
-	}
-	var p struct {
-		TaskID    string `json:"task_id"`
-		ContextID string `json:"context_id"`
-	}
-	_ = json.Unmarshal(evs[len(evs)-1].Payload, &p)
-	return p.TaskID, p.ContextID
 }
 
 // outputError says a run's output passed one of its bounds. Returned from
@@ -391,6 +382,11 @@ func (m *Manager) finishInChain(run *store.Run, end End, chain *eventlog.Chain, 
 		return true
 	}
 	m.countEnded(ended)
+	if end.remote != nil && len(ended) > 0 && ended[len(ended)-1].RunID == run.RunID {
+		// Ended here, with its output committed before the end: the
+		// remote task it recorded is the log's.
+		m.remote.put(run.RunID, *end.remote)
+	}
 	return true
 }
 

@@ -117,6 +117,8 @@ type Manager struct {
 	stopOnce sync.Once
 
 	queue runQueue // queue.go
+
+	remote remoteRefs // remotetask.go
 }
 
 type activeRun struct {
