@@ -213,10 +213,14 @@ func (c *conn) deliver(ctx context.Context, f *follower) {
 			}
 			return
 		}
+		msgs := make([][]byte, 0, len(evs))
 		for i := range evs {
-			if b := ClientMessage(&evs[i]); b != nil && !c.write(b) {
-				return
+			if b := ClientMessage(&evs[i]); b != nil {
+				msgs = append(msgs, b)
 			}
+		}
+		if len(msgs) > 0 && !c.writeAll(msgs) {
+			return
 		}
 		if len(evs) > 0 {
 			f.sent(evs[len(evs)-1].Seq)
