@@ -12,10 +12,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/agentplane/agentplane/internal/agent"
-	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/eventlog"
-	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/testdb"
 )
@@ -27,17 +24,8 @@ import (
 // message goes alone.
 func TestBacklogFramesArriveIntact(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, dialect string) {
-		st := testdb.Open(t, dialect)
-		log := eventlog.New(st, eventlog.Options{})
-		t.Cleanup(log.Stop)
-		runs := run.New(log, run.Options{InstanceID: "t", Invoker: &agent.Client{}})
-		srv := New(auth.New("admin-key-0123456789", map[string]string{"u": "k"}, st), runs, log, Options{})
-		hs := httptest.NewServer(srv)
-		t.Cleanup(hs.Close)
+		_, log, url, sid := ingressOn(t, dialect)
 		ctx := context.Background()
-		if _, err := st.SessionCreate(ctx, &store.SessionCreateParams{SessionID: "ses_backlog", UserID: "u", CreatedAt: 1}); err != nil {
-			t.Fatal(err)
-		}
 		// The delta's message is its text plus ~150 bytes of envelope, so
 		// these texts put messages on both sides of each boundary.
 		var sizes []int
@@ -55,15 +43,15 @@ func TestBacklogFramesArriveIntact(t *testing.T) {
 		for i, n := range sizes {
 			text := fmt.Sprintf("%d:", i) + strings.Repeat("é", n/2)
 			payload, _ := json.Marshal(map[string]string{"text": text})
-			evs = append(evs, store.EventParams{SessionID: "ses_backlog", RunID: "run_1", TS: 1, Type: eventlog.TypeAgentStreamDelta, Payload: payload})
+			evs = append(evs, store.EventParams{SessionID: sid, RunID: "run_1", TS: 1, Type: eventlog.TypeAgentStreamDelta, Payload: payload})
 		}
 		if _, err := log.Append(ctx, evs...); err != nil {
 			t.Fatal(err)
 		}
 
 		// Subscribing from the start delivers the whole backlog at once.
-		c := helloConn(t, "ws"+strings.TrimPrefix(hs.URL, "http"))
-		c.WriteJSON(map[string]any{"type": "subscribe", "session_id": "ses_backlog", "after_seq": 0})
+		c := helloConn(t, url)
+		c.WriteJSON(map[string]any{"type": "subscribe", "session_id": sid, "after_seq": 0})
 		c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		for i, n := range sizes {
 			var m map[string]any

@@ -12,19 +12,36 @@ import (
 	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/run"
+	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/testdb"
 )
 
-func newTestServer(t *testing.T, opts Options) string {
+// serveIngress serves an ingress over st, with user "u" whose key is "k",
+// and returns it, its event log and its WebSocket URL.
+func serveIngress(t *testing.T, st store.Store, opts Options) (*Server, *eventlog.Log, string) {
 	t.Helper()
-	st := testdb.Open(t, "sqlite")
 	log := eventlog.New(st, eventlog.Options{})
 	t.Cleanup(log.Stop)
 	runs := run.New(log, run.Options{InstanceID: "t", Invoker: &agent.Client{}})
 	srv := New(auth.New("admin-key-0123456789", map[string]string{"u": "k"}, st), runs, log, opts)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	return "ws" + strings.TrimPrefix(hs.URL, "http")
+	return srv, log, "ws" + strings.TrimPrefix(hs.URL, "http")
+}
+
+// ingressOn is serveIngress on a fresh database of dialect, with a session
+// of user "u" to follow.
+func ingressOn(t *testing.T, dialect string) (srv *Server, log *eventlog.Log, url, sessionID string) {
+	t.Helper()
+	st := testdb.Open(t, dialect)
+	srv, log, url = serveIngress(t, st, Options{})
+	return srv, log, url, newUserSession(t, st)
+}
+
+func newTestServer(t *testing.T, opts Options) string {
+	t.Helper()
+	_, _, url := serveIngress(t, testdb.Open(t, "sqlite"), opts)
+	return url
 }
 
 func helloConn(t *testing.T, url string) *websocket.Conn {

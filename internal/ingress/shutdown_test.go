@@ -3,17 +3,13 @@ package ingress
 import (
 	"context"
 	"encoding/json"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
-	"github.com/agentplane/agentplane/internal/agent"
-	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/eventlog"
-	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/testdb"
 )
@@ -24,19 +20,10 @@ import (
 // subscription's cursor, which moves before the write).
 func TestShutdownSendsEverythingCommittedBeforeTheClose(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, dialect string) {
-		st := testdb.Open(t, dialect)
-		log := eventlog.New(st, eventlog.Options{})
-		t.Cleanup(log.Stop)
-		runs := run.New(log, run.Options{InstanceID: "t", Invoker: &agent.Client{}})
-		srv := New(auth.New("admin-key-0123456789", map[string]string{"u": "k"}, st), runs, log, Options{})
-		hs := httptest.NewServer(srv)
-		t.Cleanup(hs.Close)
+		srv, log, url, sid := ingressOn(t, dialect)
 		ctx := context.Background()
-		if _, err := st.SessionCreate(ctx, &store.SessionCreateParams{SessionID: "ses_drain", UserID: "u", CreatedAt: 1}); err != nil {
-			t.Fatal(err)
-		}
-		c := helloConn(t, "ws"+strings.TrimPrefix(hs.URL, "http"))
-		c.WriteJSON(map[string]any{"type": "subscribe", "session_id": "ses_drain", "after_seq": 0})
+		c := helloConn(t, url)
+		c.WriteJSON(map[string]any{"type": "subscribe", "session_id": sid, "after_seq": 0})
 
 		// One commit of 16 MiB of deltas and the run's end: the delivery
 		// takes them as one batch and is still writing it when the
@@ -44,9 +31,9 @@ func TestShutdownSendsEverythingCommittedBeforeTheClose(t *testing.T) {
 		text, _ := json.Marshal(map[string]string{"text": strings.Repeat("x", 256<<10)})
 		var evs []store.EventParams
 		for range 64 {
-			evs = append(evs, store.EventParams{SessionID: "ses_drain", RunID: "run_1", TS: 1, Type: eventlog.TypeAgentStreamDelta, Payload: text})
+			evs = append(evs, store.EventParams{SessionID: sid, RunID: "run_1", TS: 1, Type: eventlog.TypeAgentStreamDelta, Payload: text})
 		}
-		evs = append(evs, store.EventParams{SessionID: "ses_drain", RunID: "run_1", TS: 1, Type: eventlog.TypeRunFailed, Payload: json.RawMessage(`{"code":"platform_shutdown","message":"m"}`)})
+		evs = append(evs, store.EventParams{SessionID: sid, RunID: "run_1", TS: 1, Type: eventlog.TypeRunFailed, Payload: json.RawMessage(`{"code":"platform_shutdown","message":"m"}`)})
 		if _, err := log.Append(ctx, evs...); err != nil {
 			t.Fatal(err)
 		}
