@@ -34,7 +34,9 @@ func serveIngress(t *testing.T, st store.Store, opts Options) (*Server, *eventlo
 func ingressOn(t *testing.T, dialect string) (srv *Server, log *eventlog.Log, url, sessionID string) {
 	t.Helper()
 	st := testdb.Open(t, dialect)
-	srv, log, url = serveIngress(t, st, Options{})
+	// A drain as long as a -race build on a loaded machine needs for the
+	// shutdown test's 16 MiB (2 s, the default, is not).
+	srv, log, url = serveIngress(t, st, Options{DrainWait: 60 * time.Second})
 	return srv, log, url, newUserSession(t, st)
 }
 

@@ -45,7 +45,10 @@ type Options struct {
 	PongWait     time.Duration
 	// WriteTimeout bounds one write to a client.
 	WriteTimeout time.Duration
-	Logger       *slog.Logger
+	// DrainWait bounds how long a shutdown waits for clients to be sent
+	// the events committed before it began. Default 2 s.
+	DrainWait time.Duration
+	Logger    *slog.Logger
 	// Tools answers tool_result and approval_decision and lists what a
 	// session still waits for after a subscribe. Nil refuses those messages.
 	Tools Tools
@@ -103,6 +106,9 @@ func New(keys *auth.Keys, runs *run.Manager, log *eventlog.Log, opts Options) *S
 	}
 	if opts.PongWait <= 0 {
 		opts.PongWait = opts.PingInterval + 15*time.Second
+	}
+	if opts.DrainWait <= 0 {
+		opts.DrainWait = 2 * time.Second
 	}
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = 10 * time.Second
@@ -214,11 +220,7 @@ func (s *Server) follow(c *conn, sessionID string, on bool) {
 	}
 }
 
-// drainWait bounds how long a shutdown waits for clients to be sent the
-// events committed before it began.
-const drainWait = 2 * time.Second
-
-// Shutdown refuses new connections, waits (up to drainWait) until every
+// Shutdown refuses new connections, waits (up to Options.DrainWait) until every
 // connection has been sent the events its sessions' logs held when the
 // shutdown began, then closes every connection with 1001 so clients
 // reconnect elsewhere and resume from their last seq. Presence writes still
@@ -232,7 +234,7 @@ func (s *Server) Shutdown(ctx context.Context) {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
-	dctx, cancel := context.WithTimeout(ctx, drainWait)
+	dctx, cancel := context.WithTimeout(ctx, s.opts.DrainWait)
 	// The run manager has written its runs' last events by now (the caller
 	// shut it down first): each session's last seq, read once, is what
 	// its clients must receive before the close.
