@@ -247,12 +247,15 @@ func (c *conn) writeAll(msgs [][]byte) bool {
 	defer coalesceBufs.Put(bp)
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.ws.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
+	// Each write gets its own deadline, as each message did: a long backlog
+	// to a slow client is bounded per write, not as a whole.
+	deadline := func() { c.ws.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout)) }
 	buf := (*bp)[:0]
 	flush := func() bool {
 		if len(buf) == 0 {
 			return true
 		}
+		deadline()
 		_, err := c.ws.NetConn().Write(buf)
 		if cap(buf) <= coalesceMax+16 {
 			*bp = buf[:0] // keep what the pool lends bounded
@@ -263,7 +266,10 @@ func (c *conn) writeAll(msgs [][]byte) bool {
 	ok := true
 	for _, m := range msgs {
 		if len(m) > coalesceMax {
-			ok = flush() && c.ws.WriteMessage(websocket.TextMessage, m) == nil
+			if ok = flush(); ok {
+				deadline()
+				ok = c.ws.WriteMessage(websocket.TextMessage, m) == nil
+			}
 		} else {
 			if len(buf)+len(m)+10 > coalesceMax {
 				ok = flush()
