@@ -244,22 +244,24 @@ func (c *conn) writeAll(msgs [][]byte) bool {
 		return c.write(msgs[0])
 	}
 	bp := coalesceBufs.Get().(*[]byte)
-	defer coalesceBufs.Put(bp)
+	buf := (*bp)[:0]
+	defer func() {
+		if cap(buf) <= 2*coalesceMax { // what the pool lends stays bounded
+			*bp = buf[:0]
+		}
+		coalesceBufs.Put(bp)
+	}()
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	// Each write gets its own deadline, as each message did: a long backlog
 	// to a slow client is bounded per write, not as a whole.
 	deadline := func() { c.ws.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout)) }
-	buf := (*bp)[:0]
 	flush := func() bool {
 		if len(buf) == 0 {
 			return true
 		}
 		deadline()
 		_, err := c.ws.NetConn().Write(buf)
-		if cap(buf) <= coalesceMax+16 {
-			*bp = buf[:0] // keep what the pool lends bounded
-		}
 		buf = buf[:0]
 		return err == nil
 	}

@@ -296,13 +296,12 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 	if res != nil && len(res.Usage) > 0 {
 		end.Usage = res.Usage
 	}
-	end.remote = remote
 	if res != nil && res.InputRequired != nil {
 		q := res.InputRequired
 		end, endOutcome, failMsg = End{Status: store.RunInputRequired, Question: q.Question, Detail: q.Detail, Reason: "the agent asked the user for input", Invoke: invoke},
 			"input_required", "could not record the agent's question"
-		end.remote = remote
 	}
+	end.remote = remote
 	if end.Status == store.RunDone {
 		log.Debug("run done", "deltas", deltas, "ms", time.Since(began).Milliseconds())
 	}
