@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -183,13 +184,29 @@ func (w *writer) commit(batch []*op) {
 func (w *writer) try(ops []*op, results [][]store.Event) error {
 	// Cancellation of the submitter must not abort a shared transaction.
 	ctx := context.Background()
-	err := w.st.InTx(ctx, func(tx store.Queries) error {
-		return w.runOps(ctx, tx, ops, results)
+	var outs []appended
+	err := w.st.InTx(ctx, func(tx store.Queries) (err error) {
+		outs, err = w.runOps(ctx, tx, ops, results)
+		return err
 	})
 	if err != nil {
 		clear(results)
+		return err
 	}
-	return err
+	// Only now: the events' seqs may be filled in by the commit.
+	for _, a := range outs {
+		for i := range a.out {
+			results[a.owners[i]] = append(results[a.owners[i]], a.out[i])
+		}
+	}
+	return nil
+}
+
+// appended is one append of a transaction: its events and, for each, the
+// index of the op it belongs to.
+type appended struct {
+	out    []store.Event
+	owners []int
 }
 
 // split retries a failed batch: each half in one transaction, the first
@@ -224,7 +241,7 @@ func failChain(o *op, err error) {
 // the log keeps submission order. Last, other processes are told which
 // sessions moved (delivered only if this transaction commits), with the
 // last appends (one statement on PostgreSQL where it can).
-func (w *writer) runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event) error {
+func (w *writer) runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event) ([]appended, error) {
 	return runOps(ctx, tx, batch, results, func(pending []store.EventParams) ([]store.Event, error) {
 		var sessions []string
 		seen := map[string]bool{}
@@ -250,17 +267,20 @@ func (w *writer) runOps(ctx context.Context, tx store.Queries, batch []*op, resu
 }
 
 // runOps runs the batch's ops; last appends what is pending at the end
-// (possibly nothing) and ends the transaction's work.
-func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event, last func([]store.EventParams) ([]store.Event, error)) error {
+// (possibly nothing) and ends the transaction's work. It returns the
+// appends, whose events go to results once the transaction has committed
+// (their seqs may be filled in by the commit: store.Queries.EventsAppend).
+func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event, last func([]store.EventParams) ([]store.Event, error)) ([]appended, error) {
 	ended, err := endedRuns(ctx, tx, batch)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var pending []store.EventParams
 	var owners []int // op index for each pending event
+	var outs []appended
 	take := func(out []store.Event) {
-		for i, e := range out {
-			results[owners[i]] = append(results[owners[i]], e)
+		if len(out) > 0 {
+			outs = append(outs, appended{out: out, owners: slices.Clone(owners)})
 		}
 		pending, owners = pending[:0], owners[:0]
 	}
@@ -268,7 +288,7 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 		results[i] = nil
 		if o.chain != nil {
 			if err := o.chain.Err(); err != nil {
-				return err // an earlier op of its chain failed
+				return nil, err // an earlier op of its chain failed
 			}
 		}
 		evs := o.events
@@ -279,13 +299,13 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 			if len(pending) > 0 {
 				out, err := tx.EventsAppend(ctx, pending)
 				if err != nil {
-					return err
+					return nil, err
 				}
 				take(out)
 			}
 			var err error
 			if evs, err = o.fn(ctx, tx); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		for range evs {
@@ -295,10 +315,10 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 	}
 	out, err := last(pending)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	take(out)
-	return nil
+	return outs, nil
 }
 
 func (w *writer) finish(batch []*op, results [][]store.Event, errs []error) {

@@ -83,17 +83,14 @@ func (m *Manager) EndTx(ctx context.Context, tx store.Queries, run *store.Run, a
 			return nil, nil, err
 		}
 	}
-	ended, err := tx.RunTransition(ctx, &store.RunTransitionParams{RunID: run.RunID, From: store.RunActiveStatuses, Status: end.Status, At: at, Error: end.Error, Usage: end.Usage,
-		Question: end.Question, QuestionDetail: end.Detail})
+	// With the transition, what else the end has to visit, in one read
+	// (sent with it on PostgreSQL): most runs have no child, no tool call
+	// left open and no LLM call, and skip those reads.
+	ended, look, err := tx.RunEndTransition(ctx, &store.RunTransitionParams{RunID: run.RunID, From: store.RunActiveStatuses, Status: end.Status, At: at, Error: end.Error, Usage: end.Usage,
+		Question: end.Question, QuestionDetail: end.Detail}, run.SessionID)
 	if errors.Is(err, store.ErrConflict) {
 		return nil, nil, nil // ended meanwhile; nothing to record
 	}
-	if err != nil {
-		return nil, nil, err
-	}
-	// What else the end has to visit, in one read: most runs have no
-	// child, no tool call left open and no LLM call, and skip those reads.
-	look, err := tx.RunEndOutlook(ctx, ended)
 	if err != nil {
 		return nil, nil, err
 	}

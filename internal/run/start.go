@@ -138,7 +138,30 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		// A session being deleted takes no new run; asked under the
 		// session's row lock, which the deletion's decision takes too
 		// (retention, DESIGN §15) — read with the session itself.
-		sess, purging, err := tx.SessionGetForRun(ctx, sessionID)
+		// With the session, the newest run the start reads first (sent
+		// with it on PostgreSQL), valid once the session's row is locked.
+		first := firstLatest(ag, sessionID, p)
+		var sess *store.Session
+		var purging bool
+		var err error
+		latest := func(lp *store.RunLatestParams) (*store.Run, error) { return tx.RunLatest(ctx, lp) }
+		if first == nil {
+			sess, purging, err = tx.SessionGetForRun(ctx, sessionID)
+		} else {
+			var prefetched *store.Run
+			sess, purging, prefetched, err = tx.SessionGetForRunLatest(ctx, sessionID, first)
+			if err == nil {
+				latest = func(lp *store.RunLatestParams) (*store.Run, error) {
+					if *lp != *first {
+						return tx.RunLatest(ctx, lp)
+					}
+					if prefetched == nil {
+						return nil, store.ErrNotFound
+					}
+					return prefetched, nil
+				}
+			}
+		}
 		if errors.Is(err, store.ErrNotFound) {
 			_, err = tx.SessionCreate(ctx, &store.SessionCreateParams{SessionID: sessionID, UserID: p.UserID, CreatedAt: now})
 			if errors.Is(err, store.ErrConflict) {
@@ -160,7 +183,7 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		case purging:
 			return nil, ErrSessionNotFound
 		}
-		resumes, err := m.resumable(ctx, tx, sessionID, ag.AgentID, p)
+		resumes, err := m.resumable(ctx, tx, latest, sessionID, ag.AgentID, p)
 		if err != nil {
 			return nil, err
 		}
@@ -168,7 +191,7 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		if resumes != nil {
 			intention = resumes.IntentionID
 		}
-		if prevRunID, err = previousRun(ctx, tx, ag, sessionID, resumes); err != nil {
+		if prevRunID, err = previousRun(latest, ag, sessionID, resumes); err != nil {
 			return nil, err
 		}
 		ins := &store.RunInsertParams{RunID: runID, SessionID: sessionID, AgentID: ag.AgentID, UserID: p.UserID, Owner: m.opts.InstanceID, StartedAt: now,
@@ -228,7 +251,7 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 
 // resumable returns the run a new root run in sessionID answers, or nil
 // when it starts a new intention (see StartParams).
-func (m *Manager) resumable(ctx context.Context, tx store.Queries, sessionID, agentID string, p StartParams) (*store.Run, error) {
+func (m *Manager) resumable(ctx context.Context, tx store.Queries, latest func(*store.RunLatestParams) (*store.Run, error), sessionID, agentID string, p StartParams) (*store.Run, error) {
 	if p.ResumeRunID != "" {
 		prev, err := tx.RunGet(ctx, p.ResumeRunID)
 		if errors.Is(err, store.ErrNotFound) {
@@ -246,7 +269,7 @@ func (m *Manager) resumable(ctx context.Context, tx store.Queries, sessionID, ag
 	if p.NewIntention {
 		return nil, nil
 	}
-	prev, err := tx.RunLatest(ctx, &store.RunLatestParams{SessionID: sessionID, RootOnly: true})
+	prev, err := latest(&store.RunLatestParams{SessionID: sessionID, RootOnly: true})
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
@@ -276,14 +299,14 @@ type job struct {
 
 // previousRun is a job's prevRunID: read before the new run is inserted,
 // in its transaction. Only A2A agents have remote tasks to continue.
-func previousRun(ctx context.Context, tx store.Queries, ag *store.Agent, sessionID string, resumes *store.Run) (string, error) {
+func previousRun(latest func(*store.RunLatestParams) (*store.Run, error), ag *store.Agent, sessionID string, resumes *store.Run) (string, error) {
 	if ag.Protocol != store.ProtocolA2A {
 		return "", nil
 	}
 	if resumes != nil {
 		return resumes.RunID, nil
 	}
-	prev, err := tx.RunLatest(ctx, &store.RunLatestParams{SessionID: sessionID, AgentID: ag.AgentID})
+	prev, err := latest(&store.RunLatestParams{SessionID: sessionID, AgentID: ag.AgentID})
 	if errors.Is(err, store.ErrNotFound) {
 		return "", nil
 	}
@@ -291,6 +314,20 @@ func previousRun(ctx context.Context, tx store.Queries, ag *store.Agent, session
 		return "", err
 	}
 	return prev.RunID, nil
+}
+
+// firstLatest is the newest run a start reads first (resumable's, else
+// previousRun's), or nil when it reads none.
+func firstLatest(ag *store.Agent, sessionID string, p StartParams) *store.RunLatestParams {
+	switch {
+	case p.ResumeRunID != "":
+		return nil // resumable reads that run; previousRun needs nothing then
+	case !p.NewIntention:
+		return &store.RunLatestParams{SessionID: sessionID, RootOnly: true}
+	case ag.Protocol == store.ProtocolA2A:
+		return &store.RunLatestParams{SessionID: sessionID, AgentID: ag.AgentID}
+	}
+	return nil
 }
 
 // startedPayload adds a root run's intention (and the run it resumes) to

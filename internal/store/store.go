@@ -68,6 +68,10 @@ type Queries interface {
 	// Inside the transaction that ended the run, after its transition, it
 	// sees what the reads it replaces would have seen.
 	RunEndOutlook(ctx context.Context, run *Run) (*RunOutlook, error)
+	// RunEndTransition is RunTransition then RunEndOutlook of the run (of
+	// sessionID), sent to the database together where the store can; the
+	// outlook is nil when the transition fails.
+	RunEndTransition(ctx context.Context, p *RunTransitionParams, sessionID string) (*Run, *RunOutlook, error)
 	RunListActive(ctx context.Context, p *RunListActiveParams) ([]*Run, error)
 	// RunListChildren lists the runs parentRunID started, oldest first.
 	RunListChildren(ctx context.Context, parentRunID string) ([]*Run, error)
@@ -81,6 +85,10 @@ type Queries interface {
 	// children, oldest first.
 	RunListIntention(ctx context.Context, intentionID string) ([]*Run, error)
 
+	// EventsAppend appends events, each session's at its next seqs. Inside
+	// a transaction (InTx) the returned events' Seq may be filled in only
+	// when the transaction commits (PostgreSQL sends the statement with the
+	// next one it waits for): read them after InTx returns.
 	EventsAppend(ctx context.Context, events []EventParams) ([]Event, error)
 	EventsList(ctx context.Context, p *EventsListParams) ([]Event, error)
 
@@ -230,6 +238,10 @@ type Queries interface {
 	// whether it is being purged. ErrNotFound when there is no session row
 	// (a tombstone then needs SessionPurging).
 	SessionGetForRun(ctx context.Context, sessionID string) (*Session, bool, error)
+	// SessionGetForRunLatest is SessionGetForRun then RunLatest(latest),
+	// read after the session's lock, sent together where the store can; the
+	// run is nil when none matches.
+	SessionGetForRunLatest(ctx context.Context, sessionID string, latest *RunLatestParams) (*Session, bool, *Run, error)
 	SessionPurgesStale(ctx context.Context, staleBefore int64, limit int) ([]*SessionPurge, error)
 	SessionPurgeClaim(ctx context.Context, cur *SessionPurge, owner string, at int64) error
 	// EventsDeleteBefore deletes, oldest first, up to limit events of a

@@ -31,12 +31,17 @@ var dialect = &sqlstore.Dialect{
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "23505"
 	},
+	IsNotNullViolation: func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && pe.Code == "23502"
+	},
 	IsUnavailable: isUnavailable,
 	BeginTx: func(ctx context.Context, db *sql.DB) (*sql.Tx, error) {
 		return db.BeginTx(ctx, nil)
 	},
 	// text refuses NUL bytes and invalid UTF-8 (issue 8).
 	EscapeText: true,
+	Pipeline:   pipeline,
 }
 
 // isUnavailable: the server could not be reached, dropped the connection,

@@ -75,7 +75,11 @@ var fusedAppendTexts sync.Map // fusedAppend → statement text
 // rows from it, and the final SELECT returns it — after sending the NOTIFY
 // when notify. Data-modifying WITH clauses run exactly once whether or not
 // they are referenced, and a volatile function in FROM is not optimised
-// away.
+// away. A session that does not exist is an error of the statement itself
+// (its rows get a NULL seq, which the column refuses), not an empty answer:
+// inside a pipelined transaction the statements sent after it, the commit
+// among them, run before anyone reads its answer, and only an error stops
+// them.
 func fusedAppendText(n int, notify bool) string {
 	key := fusedAppend{n, notify}
 	if s, ok := fusedAppendTexts.Load(key); ok {
@@ -84,14 +88,14 @@ func fusedAppendText(n int, notify bool) string {
 	var b strings.Builder
 	b.WriteString(`WITH s AS (UPDATE sessions SET last_seq = last_seq + CAST(? AS BIGINT) WHERE session_id = ? RETURNING last_seq), `)
 	b.WriteString(`ins AS (INSERT INTO events (` + eventCols + `) `)
-	b.WriteString(`SELECT v.event_id, v.session_id, s.last_seq - CAST(? AS BIGINT) + v.k, v.run_id, v.parent_run_id, v.ts, v.type, v.payload FROM s, (VALUES `)
+	b.WriteString(`SELECT v.event_id, v.session_id, s.last_seq - CAST(? AS BIGINT) + v.k, v.run_id, v.parent_run_id, v.ts, v.type, v.payload FROM (VALUES `)
 	for i := 0; i < n; i++ {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		b.WriteString("(CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS TEXT), CAST(? AS TEXT))")
 	}
-	b.WriteString(`) AS v (event_id, session_id, k, run_id, parent_run_id, ts, type, payload)) `)
+	b.WriteString(`) AS v (event_id, session_id, k, run_id, parent_run_id, ts, type, payload) LEFT JOIN s ON TRUE) `)
 	if notify {
 		b.WriteString(`SELECT s.last_seq FROM s, (SELECT pg_notify(?, ?)) AS n`)
 	} else {
@@ -103,7 +107,9 @@ func fusedAppendText(n int, notify bool) string {
 }
 
 // appendOne appends oneSessionFew events in one statement on PostgreSQL,
-// with the NOTIFY payload notify unless it is empty.
+// with the NOTIFY payload notify unless it is empty. Inside a pipelined
+// transaction the events' seqs are final only once the transaction
+// commits (store.Queries.EventsAppend).
 func (q *queries) appendOne(ctx context.Context, events []store.EventParams, notify string) ([]store.Event, error) {
 	n := int64(len(events))
 	session := events[0].SessionID
@@ -120,17 +126,26 @@ func (q *queries) appendOne(ctx context.Context, events []store.EventParams, not
 	if notify != "" {
 		args = append(args, store.NotifyChannel, notify)
 	}
-	var last int64
-	err := q.queryRow(ctx, true, fusedAppendText(len(events), notify != ""), args...).Scan(&last)
-	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, fmt.Errorf("allocate seq for session %s: %w", session, store.ErrNotFound)
+	// The seqs are needed after the commit (the event log publishes the
+	// events then), so inside a pipelined transaction the statement goes
+	// with the next one that is waited for, the commit at the latest, and
+	// out's seqs are fixed up when its row arrives.
+	err := q.rowLater(ctx, fusedAppendText(len(events), notify != ""), args, func(r *row) error {
+		var last int64
+		if err := r.Scan(&last); err != nil {
+			if errors.Is(err, store.ErrNotFound) || q.d.IsNotNullViolation != nil && q.d.IsNotNullViolation(err) {
+				return fmt.Errorf("allocate seq for session %s: %w", session, store.ErrNotFound)
+			}
+			return fmt.Errorf("insert %d events: %w", len(events), err)
 		}
-		return nil, fmt.Errorf("insert %d events: %w", len(events), err)
-	}
-	base := last - n
-	for i := range out {
-		out[i].Seq += base
+		base := last - n
+		for i := range out {
+			out[i].Seq += base
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

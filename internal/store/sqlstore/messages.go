@@ -8,9 +8,11 @@ import (
 	"github.com/agentplane/agentplane/internal/store"
 )
 
-// MessageAppend appends a transcript entry.
+// MessageAppend appends a transcript entry. Its id is new, so nothing but
+// a broken transaction fails it: it goes to the database with the next
+// statement that is waited for (execLater).
 func (q *queries) MessageAppend(ctx context.Context, p *store.MessageAppendParams) (*store.Message, error) {
-	_, err := q.exec(ctx, `INSERT INTO messages (message_id, session_id, run_id, agent_id, parent_run_id, intention_id, role, content, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	err := q.execLater(ctx, `INSERT INTO messages (message_id, session_id, run_id, agent_id, parent_run_id, intention_id, role, content, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		p.MessageID, p.SessionID, p.RunID, p.AgentID, p.ParentRunID, p.IntentionID, p.Role, p.Content, p.CreatedAt)
 	if err != nil {
 		return nil, fmt.Errorf("append message to %s: %w", p.SessionID, err)

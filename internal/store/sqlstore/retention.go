@@ -187,19 +187,66 @@ func (q *queries) SessionPurging(ctx context.Context, sessionID string) (bool, e
 // locking the row on PostgreSQL as SessionPurging does (issue 13: one round
 // trip where a run's start took three).
 func (q *queries) SessionGetForRun(ctx context.Context, sessionID string) (*store.Session, bool, error) {
-	// The session's columns are unqualified: only the subquery names
-	// session_purges, and under its own alias.
+	var purges int64
+	sess, err := scanSession(scanThen{q.queryRow(ctx, true, q.sessionForRunQuery(), sessionID), []any{&purges}})
+	if err != nil {
+		return nil, false, fmt.Errorf("get session %s: %w", sessionID, mapErr(q.d, err))
+	}
+	return sess, purges > 0, nil
+}
+
+// sessionForRunQuery reads a session with its purge count, locking its row
+// on PostgreSQL. The session's columns are unqualified: only the subquery
+// names session_purges, and under its own alias.
+func (q *queries) sessionForRunQuery() string {
 	query := `SELECT ` + sessionCols + `,
 		(SELECT COUNT(*) FROM session_purges p WHERE p.session_id = s.session_id) FROM sessions s WHERE s.session_id = ?`
 	if q.d.Name == "postgres" {
 		query += ` FOR UPDATE OF s`
 	}
-	var purges int64
-	sess, err := scanSession(scanThen{q.queryRow(ctx, true, query, sessionID), []any{&purges}})
-	if err != nil {
-		return nil, false, fmt.Errorf("get session %s: %w", sessionID, mapErr(q.d, err))
+	return query
+}
+
+// SessionGetForRunLatest is SessionGetForRun, then RunLatest(latest) read
+// after the session's lock is taken — its own statement, so it sees what a
+// run start that held the lock before committed — sent together with it
+// inside a pipelined transaction: a run's start reads both in one round
+// trip. The run is nil when the session has none matching, or no row.
+func (q *queries) SessionGetForRunLatest(ctx context.Context, sessionID string, latest *store.RunLatestParams) (*store.Session, bool, *store.Run, error) {
+	if q.pipe == nil {
+		sess, purging, err := q.SessionGetForRun(ctx, sessionID)
+		if err != nil {
+			return nil, false, nil, err
+		}
+		r, err := q.RunLatest(ctx, latest)
+		if errors.Is(err, store.ErrNotFound) {
+			return sess, purging, nil, nil
+		}
+		if err != nil {
+			return nil, false, nil, err
+		}
+		return sess, purging, r, nil
 	}
-	return sess, purges > 0, nil
+	var purges int64
+	var sess *store.Session
+	var serr error
+	if err := q.rowLater(ctx, q.sessionForRunQuery(), []any{sessionID}, func(r *row) error {
+		sess, serr = scanSession(scanThen{r, []any{&purges}})
+		return nil // judged below: the read after it is harmless either way
+	}); err != nil {
+		return nil, false, nil, err
+	}
+	r, lerr := q.RunLatest(ctx, latest)
+	if serr != nil {
+		return nil, false, nil, fmt.Errorf("get session %s: %w", sessionID, mapErr(q.d, serr))
+	}
+	if errors.Is(lerr, store.ErrNotFound) {
+		return sess, purges > 0, nil, nil
+	}
+	if lerr != nil {
+		return nil, false, nil, lerr
+	}
+	return sess, purges > 0, r, nil
 }
 
 // scanThen scans a row whose leading columns a scanX function reads into

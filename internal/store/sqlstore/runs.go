@@ -218,8 +218,53 @@ func (q *queries) RunsEnded(ctx context.Context, runIDs []string) (map[string]bo
 // is in one of p.From. On no match it returns the current row and
 // ErrConflict, so the caller can answer 409 or treat it as already done.
 func (q *queries) RunTransition(ctx context.Context, p *store.RunTransitionParams) (*store.Run, error) {
+	query, args, err := runTransitionStatement(p)
+	if err != nil {
+		return nil, err
+	}
+	r, err := scanRun(q.queryRow(ctx, true, query, args...))
+	return q.runTransitioned(ctx, p, r, err)
+}
+
+// RunEndTransition is RunTransition followed by RunEndOutlook of the
+// run: inside a pipelined transaction the two statements go to the
+// database together (the outlook is a read, harmless when the transition
+// does not happen), a round trip less on every run's end.
+func (q *queries) RunEndTransition(ctx context.Context, p *store.RunTransitionParams, sessionID string) (*store.Run, *store.RunOutlook, error) {
+	if q.pipe == nil {
+		r, err := q.RunTransition(ctx, p)
+		if err != nil {
+			return r, nil, err
+		}
+		look, err := q.RunEndOutlook(ctx, r)
+		return r, look, err
+	}
+	query, args, err := runTransitionStatement(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	var r *store.Run
+	var terr error
+	if err := q.rowLater(ctx, query, args, func(row *row) error {
+		r, terr = scanRun(row)
+		return nil // judged below, after the outlook's answer
+	}); err != nil {
+		return nil, nil, err
+	}
+	look, lerr := q.runOutlook(ctx, p.RunID, sessionID)
+	if r, terr = q.runTransitioned(ctx, p, r, terr); terr != nil {
+		return r, nil, terr
+	}
+	if lerr != nil {
+		return nil, nil, lerr
+	}
+	return r, look, nil
+}
+
+// runTransitionStatement is the UPDATE of RunTransition.
+func runTransitionStatement(p *store.RunTransitionParams) (string, []any, error) {
 	if len(p.From) == 0 {
-		return nil, fmt.Errorf("run transition %s: empty From", p.RunID)
+		return "", nil, fmt.Errorf("run transition %s: empty From", p.RunID)
 	}
 	var endedAt any
 	if store.RunIsTerminal(p.Status) {
@@ -236,7 +281,12 @@ func (q *queries) RunTransition(ctx context.Context, p *store.RunTransitionParam
 	query := `UPDATE runs SET status = ?, ended_at = ?, error = COALESCE(?, error), usage = COALESCE(?, usage),
 		question = COALESCE(?, question), question_detail = COALESCE(?, question_detail)
 		WHERE run_id = ? AND status IN (` + placeholders(len(p.From)) + `) RETURNING ` + runCols
-	r, err := scanRun(q.queryRow(ctx, true, query, args...))
+	return query, args, nil
+}
+
+// runTransitioned judges the UPDATE's answer r, err: no row is the
+// current row and ErrConflict.
+func (q *queries) runTransitioned(ctx context.Context, p *store.RunTransitionParams, r *store.Run, err error) (*store.Run, error) {
 	if err == nil {
 		return r, nil
 	}
@@ -254,14 +304,18 @@ func (q *queries) RunTransition(ctx context.Context, p *store.RunTransitionParam
 // calls not ended and LLM calls. Each condition is the one its index is
 // partial on (runs_parent, events_run), so the index is used.
 func (q *queries) RunEndOutlook(ctx context.Context, run *store.Run) (*store.RunOutlook, error) {
+	return q.runOutlook(ctx, run.RunID, run.SessionID)
+}
+
+func (q *queries) runOutlook(ctx context.Context, runID, sessionID string) (*store.RunOutlook, error) {
 	var o store.RunOutlook
 	err := q.queryRow(ctx, true, `SELECT
 		EXISTS (SELECT 1 FROM runs WHERE parent_run_id = ? AND parent_run_id <> ''),
 		EXISTS (SELECT 1 FROM tool_calls WHERE run_id = ? AND ended_at IS NULL),
 		EXISTS (SELECT 1 FROM events WHERE run_id = ? AND type NOT IN ('agent_stream_delta', 'sub_agent_partial') AND type = 'llm_call_done' AND session_id = ?)`,
-		run.RunID, run.RunID, run.RunID, run.SessionID).Scan(&o.Children, &o.OpenToolCalls, &o.LLMCalls)
+		runID, runID, runID, sessionID).Scan(&o.Children, &o.OpenToolCalls, &o.LLMCalls)
 	if err != nil {
-		return nil, fmt.Errorf("outlook of run %s: %w", run.RunID, mapErr(q.d, err))
+		return nil, fmt.Errorf("outlook of run %s: %w", runID, mapErr(q.d, err))
 	}
 	return &o, nil
 }

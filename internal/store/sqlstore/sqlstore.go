@@ -25,6 +25,9 @@ type Dialect struct {
 	Numbered bool
 	// IsUniqueViolation reports a unique/primary-key constraint error.
 	IsUniqueViolation func(error) bool
+	// IsNotNullViolation reports a NOT NULL constraint error (nil: the
+	// store's statements never rely on one).
+	IsNotNullViolation func(error) bool
 	// IsUnavailable reports an error that says the database cannot be
 	// reached or cannot take work now (connection refused or lost, server
 	// shutting down, too many connections): callers should retry later.
@@ -38,6 +41,10 @@ type Dialect struct {
 	// PrepareStatements: keep hot statements prepared (stmtcache.go), for
 	// a driver that does not cache them itself.
 	PrepareStatements bool
+	// Pipeline, when set, runs each write transaction (InTx) on conn, one
+	// connection of the writer pool, through a Pipe it hands fn
+	// (pipeline.go); BeginTx is then not used for them.
+	Pipeline func(ctx context.Context, conn *sql.Conn, fn func(Pipe) error) error
 }
 
 // DB is a store.Store. Writes go to write, reads to read; for SQLite those
@@ -118,6 +125,9 @@ func (db *DB) InTx(ctx context.Context, fn func(tx store.Queries) error) error {
 	if db.beforeWrite != nil {
 		db.beforeWrite(ctx, db.write)
 	}
+	if db.d.Pipeline != nil {
+		return db.inPipe(ctx, fn)
+	}
 	tx, err := db.d.BeginTx(ctx, db.write)
 	if err != nil {
 		return fmt.Errorf("begin: %w", db.mapErr(err))
@@ -177,6 +187,9 @@ type queries struct {
 	// inside a transaction (tx set) both sides are tx, on the writer pool.
 	wc, rc *stmtCache
 	tx     *sql.Tx
+	// pipe, when set, is a pipelined transaction (pipeline.go) that every
+	// statement goes through; w and r are then nil.
+	pipe Pipe
 	// observe, when set (tests only: ObserveQueries), is told every
 	// statement's text before it runs.
 	observe func(query string)
@@ -280,6 +293,10 @@ func (q *queries) exec(ctx context.Context, query string, args ...any) (sql.Resu
 	if q.observe != nil {
 		q.observe(q.bind(query))
 	}
+	if q.pipe != nil {
+		n, err := q.pipe.Exec(ctx, q.bind(query), q.escape(args))
+		return pipeResult(n), mapErr(q.d, err)
+	}
 	if s := q.prepared(ctx, true, query); s != nil {
 		res, err := s.ExecContext(ctx, q.escape(args)...)
 		return res, mapErr(q.d, err)
@@ -291,6 +308,10 @@ func (q *queries) exec(ctx context.Context, query string, args ...any) (sql.Resu
 func (q *queries) queryRow(ctx context.Context, write bool, query string, args ...any) *row {
 	if q.observe != nil {
 		q.observe(q.bind(query))
+	}
+	if q.pipe != nil {
+		rs, err := q.pipe.Query(ctx, q.bind(query), q.escape(args))
+		return &row{r: &rowOf{rs: rs, err: err}, q: q}
 	}
 	if s := q.prepared(ctx, write, query); s != nil {
 		return &row{r: s.QueryRowContext(ctx, q.escape(args)...), q: q}
@@ -316,9 +337,11 @@ func (q *queries) queryOn(ctx context.Context, write bool, query string, args []
 	if q.observe != nil {
 		q.observe(q.bind(query))
 	}
-	var rs *sql.Rows
+	var rs Rows
 	var err error
-	if s := q.prepared(ctx, write, query); s != nil {
+	if q.pipe != nil {
+		rs, err = q.pipe.Query(ctx, q.bind(query), q.escape(args))
+	} else if s := q.prepared(ctx, write, query); s != nil {
 		rs, err = s.QueryContext(ctx, q.escape(args)...)
 	} else if write {
 		rs, err = q.w.QueryContext(ctx, q.bind(query), q.escape(args)...)
@@ -328,7 +351,7 @@ func (q *queries) queryOn(ctx context.Context, write bool, query string, args []
 	if err != nil {
 		return nil, mapErr(q.d, err)
 	}
-	return &rows{Rows: rs, q: q}, nil
+	return &rows{rs: rs, q: q}, nil
 }
 
 // escape applies the text codec to string arguments (a copy of args, only
@@ -371,9 +394,10 @@ func (q *queries) unescape(dest []any) {
 	}
 }
 
-// row is a *sql.Row whose Scan unescapes and maps errors.
+// row is a *sql.Row (or a pipe's first row) whose Scan unescapes and maps
+// errors.
 type row struct {
-	r *sql.Row
+	r interface{ Scan(dest ...any) error }
 	q *queries
 }
 
@@ -385,21 +409,26 @@ func (r *row) Scan(dest ...any) error {
 	return nil
 }
 
-// rows is *sql.Rows whose Scan unescapes and whose errors are mapped.
+// rows is *sql.Rows (or a pipe's rows) whose Scan unescapes and whose
+// errors are mapped.
 type rows struct {
-	*sql.Rows
-	q *queries
+	rs Rows
+	q  *queries
 }
 
+func (r *rows) Next() bool { return r.rs.Next() }
+
+func (r *rows) Close() error { return mapErr(r.q.d, r.rs.Close()) }
+
 func (r *rows) Scan(dest ...any) error {
-	if err := r.Rows.Scan(dest...); err != nil {
+	if err := r.rs.Scan(dest...); err != nil {
 		return mapErr(r.q.d, err)
 	}
 	r.q.unescape(dest)
 	return nil
 }
 
-func (r *rows) Err() error { return mapErr(r.q.d, r.Rows.Err()) }
+func (r *rows) Err() error { return mapErr(r.q.d, r.rs.Err()) }
 
 // mapErr maps driver errors to store sentinels, keeping the original text.
 // It is idempotent: an error already mapped comes back unchanged.

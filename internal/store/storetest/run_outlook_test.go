@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 
 	"github.com/agentplane/agentplane/internal/ids"
@@ -61,5 +62,42 @@ func TestRunEndOutlook(t *testing.T) {
 			t.Fatal(err)
 		}
 		want("ended child", store.RunOutlook{Children: true, LLMCalls: true})
+	})
+}
+
+// RunEndTransition, in a transaction as a run's end uses it: the ended run
+// with its outlook; on a run already ended, the current row and
+// ErrConflict, with the transaction still usable.
+func TestRunEndTransition(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		s := testdb.Open(t, dialect)
+		ctx := context.Background()
+		sid, rid := newRun(t, s)
+		insertRun(t, s, &store.RunInsertParams{RunID: ids.New("run"), SessionID: sid, AgentID: "b", ParentRunID: rid, RootRunID: rid, Depth: 1, StartedAt: 4})
+		end := &store.RunTransitionParams{RunID: rid, From: store.RunActiveStatuses, Status: store.RunDone, At: 9}
+		err := s.InTx(ctx, func(tx store.Queries) error {
+			r, look, err := tx.RunEndTransition(ctx, end, sid)
+			if err != nil {
+				return err
+			}
+			if r.Status != store.RunDone || r.EndedAt != 9 || look == nil || *look != (store.RunOutlook{Children: true}) {
+				t.Fatalf("ended run %+v, outlook %+v", r, look)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.InTx(ctx, func(tx store.Queries) error {
+			r, look, err := tx.RunEndTransition(ctx, &store.RunTransitionParams{RunID: rid, From: store.RunActiveStatuses, Status: store.RunFailed, At: 10}, sid)
+			if !errors.Is(err, store.ErrConflict) || r == nil || r.Status != store.RunDone || look != nil {
+				t.Fatalf("second end: %+v, %+v, %v; want the DONE row and ErrConflict", r, look, err)
+			}
+			_, err = tx.RunGet(ctx, rid)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("the transaction after a conflicting end: %v", err)
+		}
 	})
 }
