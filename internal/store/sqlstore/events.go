@@ -78,7 +78,11 @@ func (q *queries) EventsAppend(ctx context.Context, events []store.EventParams) 
 			e := &out[i]
 			args = append(args, e.EventID, e.SessionID, e.Seq, e.RunID, e.ParentRunID, e.TS, e.Type, string(e.Payload))
 		}
-		if _, err := q.exec(ctx, b.String(), args...); err != nil {
+		// In a pipelined transaction the inserts go with the next statement
+		// that is waited for (the commit, as a rule): their rows' seqs are
+		// the counters' just bumped under the sessions' row locks, so only a
+		// broken transaction fails them.
+		if err := q.execLater(ctx, b.String(), args...); err != nil {
 			return nil, fmt.Errorf("insert %d events: %w", end-start, err)
 		}
 	}

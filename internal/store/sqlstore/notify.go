@@ -22,7 +22,9 @@ func (q *queries) EventsNotify(ctx context.Context, origin string, sessionIDs []
 		if b.Len() == 0 {
 			return nil
 		}
-		_, err := q.exec(ctx, `SELECT pg_notify(?, ?)`, store.NotifyChannel, origin+" "+b.String())
+		// Nothing reads its answer: in a pipelined transaction it goes
+		// with the commit.
+		err := q.execLater(ctx, `SELECT pg_notify(?, ?)`, store.NotifyChannel, origin+" "+b.String())
 		b.Reset()
 		return err
 	}
