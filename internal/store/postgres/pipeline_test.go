@@ -164,3 +164,40 @@ func TestPipelinedAppendSeqsAfterCommit(t *testing.T) {
 		}
 	}
 }
+
+// A transaction whose context ends part-way leaves nothing behind: what it
+// queued is not committed, and the pool's one connection (or its
+// replacement) serves the next transaction.
+func TestPipelinedTransactionContextEnds(t *testing.T) {
+	st, ctx := openOneConn(t)
+	cctx, cancel := context.WithCancel(ctx)
+	err := st.InTx(cctx, func(tx store.Queries) error {
+		if _, err := tx.MessageAppend(cctx, message("m1")); err != nil {
+			return err
+		}
+		if _, err := tx.SessionGet(cctx, "s1"); err != nil { // sends the queued insert
+			return err
+		}
+		if _, err := tx.MessageAppend(cctx, message("m2")); err != nil {
+			return err
+		}
+		cancel()
+		_, err := tx.SessionGet(cctx, "s1")
+		return err
+	})
+	if err == nil {
+		t.Fatal("a transaction whose context ended committed")
+	}
+	if n := countMessages(t, st); n != 0 {
+		t.Fatalf("%d messages after the cancelled transaction, want 0", n)
+	}
+	if err := st.InTx(ctx, func(tx store.Queries) error {
+		_, err := tx.MessageAppend(ctx, message("m3"))
+		return err
+	}); err != nil {
+		t.Fatalf("transaction after the cancelled one: %v", err)
+	}
+	if n := countMessages(t, st); n != 1 {
+		t.Fatalf("%d messages, want 1", n)
+	}
+}
