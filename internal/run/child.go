@@ -174,7 +174,7 @@ func (m *Manager) BeginChild(ctx context.Context, tx store.Queries, parent *stor
 	if resumes != "" {
 		resumed = &store.Run{RunID: resumes}
 	}
-	prevRunID, err := previousRun(func(lp *store.RunLatestParams) (*store.Run, error) { return tx.RunLatest(ctx, lp) }, ag, parent.SessionID, resumed)
+	prevRunID, err := previousRun(latestReader(ctx, tx, nil, nil), ag, parent.SessionID, resumed)
 	if err != nil {
 		return nil, nil, nil, err
 	}

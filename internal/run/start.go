@@ -141,27 +141,11 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		// With the session, the newest run the start reads first (sent
 		// with it on PostgreSQL), valid once the session's row is locked.
 		first := firstLatest(ag, sessionID, p)
-		var sess *store.Session
-		var purging bool
-		var err error
-		latest := func(lp *store.RunLatestParams) (*store.Run, error) { return tx.RunLatest(ctx, lp) }
-		if first == nil {
-			sess, purging, err = tx.SessionGetForRun(ctx, sessionID)
-		} else {
-			var prefetched *store.Run
-			sess, purging, prefetched, err = tx.SessionGetForRunLatest(ctx, sessionID, first)
-			if err == nil {
-				latest = func(lp *store.RunLatestParams) (*store.Run, error) {
-					if *lp != *first {
-						return tx.RunLatest(ctx, lp)
-					}
-					if prefetched == nil {
-						return nil, store.ErrNotFound
-					}
-					return prefetched, nil
-				}
-			}
+		sess, purging, prefetched, err := tx.SessionGetForRunLatest(ctx, sessionID, first)
+		if err != nil {
+			first = nil // no session row yet: nothing was read for it
 		}
+		latest := latestReader(ctx, tx, first, prefetched)
 		if errors.Is(err, store.ErrNotFound) {
 			_, err = tx.SessionCreate(ctx, &store.SessionCreateParams{SessionID: sessionID, UserID: p.UserID, CreatedAt: now})
 			if errors.Is(err, store.ErrConflict) {
@@ -328,6 +312,20 @@ func firstLatest(ag *store.Agent, sessionID string, p StartParams) *store.RunLat
 		return &store.RunLatestParams{SessionID: sessionID, AgentID: ag.AgentID}
 	}
 	return nil
+}
+
+// latestReader reads a session's newest runs in tx, answering first (when
+// set) with what was read for it already.
+func latestReader(ctx context.Context, tx store.Queries, first *store.RunLatestParams, read *store.Run) func(*store.RunLatestParams) (*store.Run, error) {
+	return func(lp *store.RunLatestParams) (*store.Run, error) {
+		switch {
+		case first == nil || *lp != *first:
+			return tx.RunLatest(ctx, lp)
+		case read == nil:
+			return nil, store.ErrNotFound
+		}
+		return read, nil
+	}
 }
 
 // startedPayload adds a root run's intention (and the run it resumes) to

@@ -240,7 +240,7 @@ type Queries interface {
 	SessionGetForRun(ctx context.Context, sessionID string) (*Session, bool, error)
 	// SessionGetForRunLatest is SessionGetForRun then RunLatest(latest),
 	// read after the session's lock, sent together where the store can; the
-	// run is nil when none matches.
+	// run is nil when none matches or latest is nil (no second read).
 	SessionGetForRunLatest(ctx context.Context, sessionID string, latest *RunLatestParams) (*Session, bool, *Run, error)
 	SessionPurgesStale(ctx context.Context, staleBefore int64, limit int) ([]*SessionPurge, error)
 	SessionPurgeClaim(ctx context.Context, cur *SessionPurge, owner string, at int64) error

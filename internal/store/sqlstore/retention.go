@@ -211,8 +211,13 @@ func (q *queries) sessionForRunQuery() string {
 // after the session's lock is taken — its own statement, so it sees what a
 // run start that held the lock before committed — sent together with it
 // inside a pipelined transaction: a run's start reads both in one round
-// trip. The run is nil when the session has none matching, or no row.
+// trip. The run is nil when the session has none matching, or latest is
+// nil (SessionGetForRun alone).
 func (q *queries) SessionGetForRunLatest(ctx context.Context, sessionID string, latest *store.RunLatestParams) (*store.Session, bool, *store.Run, error) {
+	if latest == nil {
+		sess, purging, err := q.SessionGetForRun(ctx, sessionID)
+		return sess, purging, nil, err
+	}
 	if q.pipe == nil {
 		sess, purging, err := q.SessionGetForRun(ctx, sessionID)
 		if err != nil {
