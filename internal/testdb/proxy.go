@@ -1,10 +1,10 @@
 package testdb
 
 import (
-	"io"
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -19,7 +19,14 @@ type Proxy struct {
 	cut   bool
 	conns map[net.Conn]bool
 	wg    sync.WaitGroup
+
+	turns atomic.Int64 // see ClientTurns
 }
+
+// ClientTurns counts, over all connections, the times a client sent
+// something after the server last answered it (or first): the round trips
+// the clients began.
+func (p *Proxy) ClientTurns() int64 { return p.turns.Load() }
 
 // NewProxy forwards a loopback port to target (host:port) until the test
 // ends.
@@ -99,14 +106,32 @@ func (p *Proxy) accept() {
 		p.conns[c], p.conns[up] = true, true
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(c, up)
-		go p.pipe(up, c)
+		clientSpoke := new(atomic.Bool)
+		go p.pipe(up, c, func() {
+			if !clientSpoke.Swap(true) {
+				p.turns.Add(1)
+			}
+		})
+		go p.pipe(c, up, func() { clientSpoke.Store(false) })
 	}
 }
 
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst, calling read on each chunk it reads.
+func (p *Proxy) pipe(dst, src net.Conn, read func()) {
 	defer p.wg.Done()
-	io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			read()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	dst.Close()
 	src.Close()
 	p.mu.Lock()

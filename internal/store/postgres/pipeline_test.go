@@ -201,3 +201,64 @@ func TestPipelinedTransactionContextEnds(t *testing.T) {
 		t.Fatalf("%d messages, want 1", n)
 	}
 }
+
+// What the pipelining is for: a transaction's statements take as few round
+// trips as their answers allow, counted at a TCP proxy in front of the
+// server. Without it every statement, the BEGIN and the COMMIT were one
+// each.
+func TestPipelinedTransactionRoundTrips(t *testing.T) {
+	proxy, dsn := testdb.PostgresProxy(t, testdb.DSN(t, "postgres"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := postgres.Open(ctx, dsn, postgres.Options{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.SessionCreate(ctx, &store.SessionCreateParams{SessionID: "s1", UserID: "u", CreatedAt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	runID := "run_1"
+	if _, err := st.RunInsert(ctx, &store.RunInsertParams{RunID: runID, SessionID: "s1", AgentID: "a", Owner: "i", StartedAt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	turns := func(name string, want int64, fn func(tx store.Queries) error) {
+		t.Helper()
+		// Once to prepare the statements on the connection, then counted.
+		for i := 0; i < 2; i++ {
+			before := proxy.ClientTurns()
+			if err := st.InTx(ctx, fn); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if got := proxy.ClientTurns() - before; i == 1 && got != want {
+				t.Fatalf("%s: %d round trips, want %d", name, got, want)
+			}
+		}
+	}
+	turns("two transcript rows and the events with their NOTIFY", 1, func(tx store.Queries) error {
+		n++
+		if _, err := tx.MessageAppend(ctx, message(fmt.Sprintf("a%d", n))); err != nil {
+			return err
+		}
+		if _, err := tx.MessageAppend(ctx, message(fmt.Sprintf("b%d", n))); err != nil {
+			return err
+		}
+		_, err := tx.EventsAppendNotify(ctx, []store.EventParams{{SessionID: "s1", RunID: runID, TS: 1, Type: "state"}}, "o", []string{"s1"})
+		return err
+	})
+	turns("the session with the newest run, then the commit", 2, func(tx store.Queries) error {
+		_, _, r, err := tx.SessionGetForRunLatest(ctx, "s1", &store.RunLatestParams{SessionID: "s1", RootOnly: true})
+		if err == nil && (r == nil || r.RunID != runID) {
+			err = fmt.Errorf("newest run %+v", r)
+		}
+		return err
+	})
+	turns("a run's end with its outlook, then the commit", 2, func(tx store.Queries) error {
+		_, look, err := tx.RunEndTransition(ctx, &store.RunTransitionParams{RunID: runID, From: []string{store.RunRunning, store.RunDone}, Status: store.RunDone, At: 2}, "s1")
+		if err == nil && look == nil {
+			err = errors.New("no outlook")
+		}
+		return err
+	})
+}
