@@ -242,7 +242,7 @@ func failChain(o *op, err error) {
 // sessions moved (delivered only if this transaction commits), with the
 // last appends (one statement on PostgreSQL where it can).
 func (w *writer) runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event) ([]appended, error) {
-	return runOps(ctx, tx, batch, results, func(pending []store.EventParams) ([]store.Event, error) {
+	return runOps(ctx, tx, batch, results, func(pending []store.EventParams, earlier []appended) ([]store.Event, error) {
 		var sessions []string
 		seen := map[string]bool{}
 		add := func(s string) {
@@ -251,9 +251,11 @@ func (w *writer) runOps(ctx context.Context, tx store.Queries, batch []*op, resu
 				sessions = append(sessions, s)
 			}
 		}
-		for _, evs := range results {
-			for i := range evs {
-				add(evs[i].SessionID)
+		// The transaction's appends so far: their events reach the ops'
+		// results only after the commit, so they are named from here.
+		for _, a := range earlier {
+			for i := range a.out {
+				add(a.out[i].SessionID)
 			}
 		}
 		for i := range pending {
@@ -270,7 +272,7 @@ func (w *writer) runOps(ctx context.Context, tx store.Queries, batch []*op, resu
 // (possibly nothing) and ends the transaction's work. It returns the
 // appends, whose events go to results once the transaction has committed
 // (their seqs may be filled in by the commit: store.Queries.EventsAppend).
-func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event, last func([]store.EventParams) ([]store.Event, error)) ([]appended, error) {
+func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event, last func(pending []store.EventParams, earlier []appended) ([]store.Event, error)) ([]appended, error) {
 	ended, err := endedRuns(ctx, tx, batch)
 	if err != nil {
 		return nil, err
@@ -313,7 +315,7 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 		}
 		pending = append(pending, evs...)
 	}
-	out, err := last(pending)
+	out, err := last(pending, outs)
 	if err != nil {
 		return nil, err
 	}
