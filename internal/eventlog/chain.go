@@ -59,3 +59,13 @@ func (l *Log) AppendBehindIn(ctx context.Context, c *Chain, linger time.Duration
 func (l *Log) DoIn(ctx context.Context, c *Chain, sessionID string, fn TxFunc) ([]store.Event, error) {
 	return l.wait(ctx, sessionID, &op{fn: fn, chain: c})
 }
+
+// DoAlongside is Do for an fn that reads and writes only rows of
+// sessionID (its runs, their tool calls and approvals) and returns only
+// its events: in a group commit, other sessions' such fns may run at the
+// same time in the transaction, their statements sharing round trips
+// (store.Parallel; PostgreSQL). Within sessionID everything stays in
+// submission order, as with Do.
+func (l *Log) DoAlongside(ctx context.Context, sessionID string, fn TxFunc) ([]store.Event, error) {
+	return l.wait(ctx, sessionID, &op{fn: fn, alongside: true, session: sessionID})
+}

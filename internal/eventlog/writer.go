@@ -38,6 +38,10 @@ type op struct {
 	// chain, when set, links this op to others that must not commit once
 	// one of them failed (Chain).
 	chain *Chain
+	// alongside: fn reads and writes only rows of session (DoAlongside),
+	// so it may run at the same time as other sessions' such ops.
+	alongside bool
+	session   string
 	// finished: its batch is done and no longer pending.
 	finished bool
 }
@@ -286,7 +290,26 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 		}
 		pending, owners = pending[:0], owners[:0]
 	}
-	for i, o := range batch {
+	_, parallel := tx.(store.Parallel)
+	for i := 0; i < len(batch); {
+		if n := alongside(batch[i:]); parallel && n > 0 {
+			// A state change flushes the pending appends first, as below.
+			if len(pending) > 0 {
+				out, err := tx.EventsAppend(ctx, pending)
+				if err != nil {
+					return nil, err
+				}
+				take(out)
+			}
+			got, err := runAlongside(ctx, tx, batch, i, i+n, results, ended)
+			if err != nil {
+				return nil, err
+			}
+			outs = append(outs, got...)
+			i += n
+			continue
+		}
+		o := batch[i]
 		results[i] = nil
 		if o.chain != nil {
 			if err := o.chain.Err(); err != nil {
@@ -314,12 +337,110 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 			owners = append(owners, i)
 		}
 		pending = append(pending, evs...)
+		i++
 	}
 	out, err := last(pending, outs)
 	if err != nil {
 		return nil, err
 	}
 	take(out)
+	return outs, nil
+}
+
+// alongside returns how many ops at the start of ops may run at the same
+// time: a run of DoAlongside ops of at least two sessions (0 if not).
+func alongside(ops []*op) int {
+	n := 0
+	two := false
+	for n < len(ops) && ops[n].alongside {
+		two = two || ops[n].session != ops[0].session
+		n++
+	}
+	if !two {
+		return 0
+	}
+	return n
+}
+
+// runAlongside runs batch[from:to], DoAlongside ops, one session's after
+// the other in their order and the sessions at the same time
+// (store.RunParallel), each session appending its ops' events itself.
+func runAlongside(ctx context.Context, tx store.Queries, batch []*op, from, to int, results [][]store.Event, ended map[string]bool) ([]appended, error) {
+	var sessions []string
+	bySession := map[string][]int{}
+	for i := from; i < to; i++ {
+		s := batch[i].session
+		if _, ok := bySession[s]; !ok {
+			sessions = append(sessions, s)
+		}
+		bySession[s] = append(bySession[s], i)
+	}
+	outs := make([][]appended, len(sessions))
+	fns := make([]func(store.Queries) error, len(sessions))
+	for k, s := range sessions {
+		fns[k] = func(tx store.Queries) error {
+			var err error
+			outs[k], err = runSessionOps(ctx, tx, batch, bySession[s], results, ended)
+			return err
+		}
+	}
+	if err := store.RunParallel(ctx, tx, fns); err != nil {
+		return nil, err
+	}
+	var all []appended
+	for _, o := range outs {
+		all = append(all, o...)
+	}
+	return all, nil
+}
+
+// runSessionOps runs the ops at idx, all of one session, in order, and
+// appends their events.
+func runSessionOps(ctx context.Context, tx store.Queries, batch []*op, idx []int, results [][]store.Event, ended map[string]bool) ([]appended, error) {
+	var outs []appended
+	var pending []store.EventParams
+	var owners []int
+	flush := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		out, err := tx.EventsAppend(ctx, pending)
+		if err != nil {
+			return err
+		}
+		outs = append(outs, appended{out: out, owners: slices.Clone(owners)})
+		pending, owners = pending[:0], owners[:0]
+		return nil
+	}
+	for _, i := range idx {
+		o := batch[i]
+		results[i] = nil
+		if o.chain != nil {
+			if err := o.chain.Err(); err != nil {
+				return nil, err
+			}
+		}
+		evs := o.events
+		if ended != nil {
+			evs = dropEnded(evs, ended)
+		}
+		if o.fn != nil {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			var err error
+			if evs, err = o.fn(ctx, tx); err != nil {
+				return nil, err
+			}
+		}
+		for range evs {
+			owners = append(owners, i)
+		}
+		pending = append(pending, evs...)
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
 	return outs, nil
 }
 

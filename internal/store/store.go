@@ -43,6 +43,31 @@ type Store interface {
 	Close() error
 }
 
+// Parallel is offered by a transaction's Queries when independent work in
+// it can share round trips to the database (PostgreSQL's pipelined
+// transactions): fns run at the same time, each with Queries of its own,
+// and the statements they wait for go out together. The fns must not
+// depend on each other's writes. Use RunParallel, which falls back to one
+// after the other.
+type Parallel interface {
+	Parallel(ctx context.Context, fns []func(tx Queries) error) error
+}
+
+// RunParallel runs fns in tx: at the same time where tx offers Parallel,
+// else in order, stopping at the first error. It returns the first error
+// in fns' order.
+func RunParallel(ctx context.Context, tx Queries, fns []func(tx Queries) error) error {
+	if p, ok := tx.(Parallel); ok && len(fns) > 1 {
+		return p.Parallel(ctx, fns)
+	}
+	for _, fn := range fns {
+		if err := fn(tx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Queries are the statements agentplane runs. Every state change is a guarded
 // statement; on no match the current row is returned with ErrConflict.
 type Queries interface {

@@ -62,11 +62,17 @@ type step struct {
 // append lock so that, if the step fails the run, the agent's stream is
 // closed before anything more of it is logged. After the commit it starts
 // the server calls the step dispatched.
+//
+// A step reads and writes only rows of its session — the run, its
+// descendants and parent, their tool calls and approvals — so steps of
+// different sessions may run at the same time in one group commit
+// (eventlog.DoAlongside: on PostgreSQL, eight callers' steps then share
+// their round trips instead of taking turns).
 func (s *Service) commit(ctx context.Context, sessionID, runID string, fn func(st *step) error) (*step, error) {
 	var st *step
 	span := trace.SpanContextFromContext(ctx) // the tool call's: a child run's parent
 	do := func() (bool, error) {
-		_, err := s.log.Do(ctx, sessionID, func(ctx context.Context, q store.Queries) ([]store.EventParams, error) {
+		_, err := s.log.DoAlongside(ctx, sessionID, func(ctx context.Context, q store.Queries) ([]store.EventParams, error) {
 			if span.IsValid() {
 				ctx = trace.ContextWithSpanContext(ctx, span)
 			}

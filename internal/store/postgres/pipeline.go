@@ -35,41 +35,50 @@ type pipe struct {
 	// b is queued; a batch sent is read from until its results close, so
 	// the next is a new one.
 	b *pgx.Batch
-	// late[i] reads the row of b's i-th statement (nil: its result is
+	// late[i] is what reads the result of b's i-th statement (zero: it is
 	// not read).
-	late []func(scan func(dest ...any) error) error
+	late []reader
 	// sent: some of the transaction (its BEGIN at least) reached the
 	// server, so ending it takes a COMMIT or a ROLLBACK.
 	sent bool
+	// failed is the error of a queued statement that no call has returned
+	// yet (Group's batches end with one when the last waiter came before
+	// it): the next one returns it.
+	failed error
+}
+
+// reader reads one statement's result from a sent batch: a queued row's
+// scan, or the slot of a group member waiting for it (group.go); neither:
+// only its error is read.
+type reader struct {
+	scan func(scan func(dest ...any) error) error
+	slot *slot
 }
 
 func (p *pipe) Queue(query string, args []any) {
 	p.b.Queue(query, args...)
-	p.late = append(p.late, nil)
+	p.late = append(p.late, reader{})
 }
 
 func (p *pipe) QueueRow(query string, args []any, scan func(scan func(dest ...any) error) error) {
 	p.b.Queue(query, args...)
-	p.late = append(p.late, scan)
+	p.late = append(p.late, reader{scan: scan})
 }
 
 // send sends the queued statements and query, and reads the results of all
 // but query, which is left for the caller to read from the batch. An error
 // of an earlier statement comes back with the batch already closed.
 func (p *pipe) send(ctx context.Context, query string, args []any) (pgx.BatchResults, error) {
+	if p.failed != nil {
+		return nil, p.failed
+	}
 	p.b.Queue(query, args...)
 	late := p.late
 	br := p.c.SendBatch(ctx, p.b)
 	p.b, p.late = &pgx.Batch{}, nil
 	p.sent = true
-	for _, scan := range late {
-		var err error
-		if scan == nil {
-			_, err = br.Exec()
-		} else {
-			err = scan(br.QueryRow().Scan)
-		}
-		if err != nil {
+	for _, r := range late {
+		if err := r.read(br); err != nil {
 			br.Close()
 			return nil, err
 		}
@@ -130,7 +139,7 @@ func (p *pipe) Commit(ctx context.Context) error {
 }
 
 func (p *pipe) Rollback(ctx context.Context) error {
-	p.b, p.late = &pgx.Batch{}, nil
+	p.b, p.late, p.failed = &pgx.Batch{}, nil, nil
 	if !p.sent {
 		return nil
 	}

@@ -41,6 +41,11 @@ type Pipe interface {
 	Commit(ctx context.Context) error
 	// Rollback ends the transaction if any of it reached the server.
 	Rollback(ctx context.Context) error
+	// Group runs fns at the same time, each on a Pipe of its own whose
+	// waited-for statements are sent together with the others' (one
+	// round trip for all where there were one each); it returns each fn's
+	// error. The fns must not depend on each other's writes.
+	Group(ctx context.Context, fns []func(Pipe) error) []error
 }
 
 // Rows is what reading a result takes, of *sql.Rows or a Pipe's rows.
@@ -68,7 +73,7 @@ func (db *DB) inPipe(ctx context.Context, fn func(tx store.Queries) error) error
 				_ = p.Rollback(context.Background())
 			}
 		}()
-		if err := fn(&queries{d: db.d, pipe: p, observe: db.observe}); err != nil {
+		if err := fn(pipeQueries{&queries{d: db.d, pipe: p, observe: db.observe}}); err != nil {
 			return err
 		}
 		if err := p.Commit(ctx); err != nil {
@@ -77,6 +82,25 @@ func (db *DB) inPipe(ctx context.Context, fn func(tx store.Queries) error) error
 		committed = true
 		return nil
 	})
+}
+
+// pipeQueries are the Queries of a pipelined transaction: they also run
+// independent work at the same time, sharing round trips (store.Parallel).
+type pipeQueries struct{ *queries }
+
+// Parallel runs fns at the same time through Pipe.Group; it returns the
+// first error in fns' order.
+func (q pipeQueries) Parallel(ctx context.Context, fns []func(store.Queries) error) error {
+	pfns := make([]func(Pipe) error, len(fns))
+	for i, fn := range fns {
+		pfns[i] = func(p Pipe) error { return fn(&queries{d: q.d, pipe: p, observe: q.observe}) }
+	}
+	for _, err := range q.pipe.Group(ctx, pfns) {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // pipeResult is a Pipe's Exec result as a sql.Result.
