@@ -409,3 +409,38 @@ func TestSubscribeLiveDeliversWithoutReadingBack(t *testing.T) {
 		}
 	})
 }
+
+// A batch of write-behind appends commits when the first of them has
+// waited as long as it may, not when the one that came first has: a
+// stream's delta (a short linger) that joins an LLM call's event (the
+// long default) is not held for the LLM event's linger.
+func TestAppendBehindShortestLingerWins(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		st := testdb.Open(t, dialect)
+		// A default linger no test machine outwaits: only the delta's own
+		// linger can end the batch's wait.
+		l := New(st, Options{BehindLinger: time.Minute})
+		defer l.Stop()
+		ctx := context.Background()
+		sid := session(t, st)
+		sub := l.Subscribe(sid, 0)
+		defer sub.Close()
+		if err := l.AppendBehind(ctx, nil, ev(sid, "llm", 1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.AppendBehindIn(ctx, nil, time.Millisecond, nil, ev(sid, "delta", 2)); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		got := collect(t, st, sub, 2)
+		if waited := time.Since(start); waited > 30*time.Second {
+			t.Fatalf("the delta waited %v: it sat out the first event's linger", waited)
+		}
+		if got[0].Type != "llm" || got[1].Type != "delta" {
+			t.Fatalf("got %+v", got)
+		}
+		if _, commits := l.Stats(); commits != 1 {
+			t.Fatalf("%d commits, want the two events in 1", commits)
+		}
+	})
+}

@@ -90,6 +90,7 @@ func (w *writer) loop(stopped chan<- struct{}) {
 		w.lead.Lock()
 		batch = append(batch[:0], first)
 		behind := first.behind
+		deadline := w.lingerUntil(first)
 		lingering := false
 	drain:
 		for len(batch) < w.maxBatch {
@@ -98,18 +99,14 @@ func (w *writer) loop(stopped chan<- struct{}) {
 			select {
 			case o, ok = <-w.queue:
 			default:
-				limit := w.linger
-				if first.linger > 0 {
-					limit = first.linger
-				}
-				if !behind || limit <= 0 {
+				if !behind || deadline.IsZero() {
 					break drain
 				}
 				// Only write-behind appends so far: wait for company, at
-				// most until the first has lingered its limit.
+				// most until one of them has lingered its limit.
 				if !lingering {
 					lingering = true
-					d := limit - time.Since(first.queued)
+					d := time.Until(deadline)
 					if linger == nil {
 						linger = time.NewTimer(d)
 					} else {
@@ -128,6 +125,14 @@ func (w *writer) loop(stopped chan<- struct{}) {
 			}
 			batch = append(batch, o)
 			behind = behind && o.behind
+			if behind {
+				if d := w.lingerUntil(o); d.Before(deadline) {
+					deadline = d
+					if lingering { // wait no longer than o may
+						linger.Reset(time.Until(deadline))
+					}
+				}
+			}
 		}
 		if lingering {
 			// Go 1.23 timers: after Stop no stale tick can be received.
@@ -136,6 +141,19 @@ func (w *writer) loop(stopped chan<- struct{}) {
 		w.commit(batch)
 		w.lead.Unlock()
 	}
+}
+
+// lingerUntil is when a write-behind op o has waited for company as long
+// as it may (its own linger, else the writer's); zero if it may not wait.
+func (w *writer) lingerUntil(o *op) time.Time {
+	limit := w.linger
+	if o.linger > 0 {
+		limit = o.linger
+	}
+	if !o.behind || limit <= 0 {
+		return time.Time{}
+	}
+	return o.queued.Add(limit)
 }
 
 // commitInline commits o on the caller's goroutine when nothing is pending

@@ -126,7 +126,9 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 	// last of which ends the run: each may wait a moment (remoteLinger) for
 	// the next, so a short task's output and its end share one commit
 	// (issue 10).
-	var linger time.Duration
+	// An agent's own stream may wait a little too (streamLinger): with
+	// many streams the deltas of several share a commit.
+	linger := streamLinger
 	if ag.Protocol == store.ProtocolA2A {
 		linger = remoteLinger
 	}
@@ -319,6 +321,16 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 // its commit with the update that follows it: the delay it adds to that
 // output's delivery, at most.
 const remoteLinger = 2 * time.Millisecond
+
+// streamLinger is how long an agent's streamed output (deltas, states) may
+// wait for other output to share its commit — a run's end, or anything
+// else a caller waits for, ends the wait at once. Each commit has a fixed
+// cost (a transaction, the seq update, an fsync or a WAL flush): at 200
+// streams × 20 deltas/s a commit carried two or three deltas, and that
+// cost was most of the server's CPU per delivered event (issue 13). It is
+// also the most a delta's delivery is delayed by it; DESIGN §2 (invariant 1) allows
+// deltas to be batched up to 20 ms.
+const streamLinger = 2 * time.Millisecond
 
 // protocolOf names how an agent is invoked, for its invoke span.
 func protocolOf(ag *store.Agent) string {
