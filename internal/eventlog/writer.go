@@ -308,16 +308,22 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 		}
 		pending, owners = pending[:0], owners[:0]
 	}
+	flush := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		out, err := tx.EventsAppend(ctx, pending)
+		if err == nil {
+			take(out)
+		}
+		return err
+	}
 	_, parallel := tx.(store.Parallel)
 	for i := 0; i < len(batch); {
 		if n := alongside(batch[i:]); parallel && n > 0 {
 			// A state change flushes the pending appends first, as below.
-			if len(pending) > 0 {
-				out, err := tx.EventsAppend(ctx, pending)
-				if err != nil {
-					return nil, err
-				}
-				take(out)
+			if err := flush(); err != nil {
+				return nil, err
 			}
 			got, err := runAlongside(ctx, tx, batch, i, i+n, results, ended)
 			if err != nil {
@@ -327,29 +333,10 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 			i += n
 			continue
 		}
-		o := batch[i]
 		results[i] = nil
-		if o.chain != nil {
-			if err := o.chain.Err(); err != nil {
-				return nil, err // an earlier op of its chain failed
-			}
-		}
-		evs := o.events
-		if ended != nil {
-			evs = dropEnded(evs, ended)
-		}
-		if o.fn != nil {
-			if len(pending) > 0 {
-				out, err := tx.EventsAppend(ctx, pending)
-				if err != nil {
-					return nil, err
-				}
-				take(out)
-			}
-			var err error
-			if evs, err = o.fn(ctx, tx); err != nil {
-				return nil, err
-			}
+		evs, err := runOp(ctx, tx, batch[i], ended, flush)
+		if err != nil {
+			return nil, err
 		}
 		for range evs {
 			owners = append(owners, i)
@@ -363,6 +350,28 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 	}
 	take(out)
 	return outs, nil
+}
+
+// runOp runs one op of a transaction and returns the events it appends: its
+// own, less those of runs that have ended, or what its fn returns — after
+// flush has appended what is pending, so the log keeps submission order.
+func runOp(ctx context.Context, tx store.Queries, o *op, ended map[string]bool, flush func() error) ([]store.EventParams, error) {
+	if o.chain != nil {
+		if err := o.chain.Err(); err != nil {
+			return nil, err // an earlier op of its chain failed
+		}
+	}
+	evs := o.events
+	if ended != nil {
+		evs = dropEnded(evs, ended)
+	}
+	if o.fn == nil {
+		return evs, nil
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return o.fn(ctx, tx)
 }
 
 // alongside returns how many ops at the start of ops may run at the same
@@ -431,25 +440,10 @@ func runSessionOps(ctx context.Context, tx store.Queries, batch []*op, idx []int
 		return nil
 	}
 	for _, i := range idx {
-		o := batch[i]
 		results[i] = nil
-		if o.chain != nil {
-			if err := o.chain.Err(); err != nil {
-				return nil, err
-			}
-		}
-		evs := o.events
-		if ended != nil {
-			evs = dropEnded(evs, ended)
-		}
-		if o.fn != nil {
-			if err := flush(); err != nil {
-				return nil, err
-			}
-			var err error
-			if evs, err = o.fn(ctx, tx); err != nil {
-				return nil, err
-			}
+		evs, err := runOp(ctx, tx, batch[i], ended, flush)
+		if err != nil {
+			return nil, err
 		}
 		for range evs {
 			owners = append(owners, i)
