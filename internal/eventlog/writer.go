@@ -299,25 +299,8 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 	if err != nil {
 		return nil, err
 	}
-	var pending []store.EventParams
-	var owners []int // op index for each pending event
-	var outs []appended
-	take := func(out []store.Event) {
-		if len(out) > 0 {
-			outs = append(outs, appended{out: out, owners: slices.Clone(owners)})
-		}
-		pending, owners = pending[:0], owners[:0]
-	}
-	flush := func() error {
-		if len(pending) == 0 {
-			return nil
-		}
-		out, err := tx.EventsAppend(ctx, pending)
-		if err == nil {
-			take(out)
-		}
-		return err
-	}
+	var a appends
+	flush := func() error { return a.flush(ctx, tx) }
 	_, parallel := tx.(store.Parallel)
 	for i := 0; i < len(batch); {
 		if n := alongside(batch[i:]); parallel && n > 0 {
@@ -329,7 +312,7 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 			if err != nil {
 				return nil, err
 			}
-			outs = append(outs, got...)
+			a.outs = append(a.outs, got...)
 			i += n
 			continue
 		}
@@ -338,18 +321,50 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 		if err != nil {
 			return nil, err
 		}
-		for range evs {
-			owners = append(owners, i)
-		}
-		pending = append(pending, evs...)
+		a.add(i, evs)
 		i++
 	}
-	out, err := last(pending, outs)
+	out, err := last(a.pending, a.outs)
 	if err != nil {
 		return nil, err
 	}
-	take(out)
-	return outs, nil
+	a.take(out)
+	return a.outs, nil
+}
+
+// appends gathers a transaction's events still to append, with the index
+// of the op each belongs to, and the appends made so far.
+type appends struct {
+	pending []store.EventParams
+	owners  []int
+	outs    []appended
+}
+
+func (a *appends) add(op int, evs []store.EventParams) {
+	for range evs {
+		a.owners = append(a.owners, op)
+	}
+	a.pending = append(a.pending, evs...)
+}
+
+// take records out, the pending events as appended.
+func (a *appends) take(out []store.Event) {
+	if len(out) > 0 {
+		a.outs = append(a.outs, appended{out: out, owners: slices.Clone(a.owners)})
+	}
+	a.pending, a.owners = a.pending[:0], a.owners[:0]
+}
+
+// flush appends the pending events.
+func (a *appends) flush(ctx context.Context, tx store.Queries) error {
+	if len(a.pending) == 0 {
+		return nil
+	}
+	out, err := tx.EventsAppend(ctx, a.pending)
+	if err == nil {
+		a.take(out)
+	}
+	return err
 }
 
 // runOp runs one op of a transaction and returns the events it appends: its
@@ -424,36 +439,20 @@ func runAlongside(ctx context.Context, tx store.Queries, batch []*op, from, to i
 // runSessionOps runs the ops at idx, all of one session, in order, and
 // appends their events.
 func runSessionOps(ctx context.Context, tx store.Queries, batch []*op, idx []int, results [][]store.Event, ended map[string]bool) ([]appended, error) {
-	var outs []appended
-	var pending []store.EventParams
-	var owners []int
-	flush := func() error {
-		if len(pending) == 0 {
-			return nil
-		}
-		out, err := tx.EventsAppend(ctx, pending)
-		if err != nil {
-			return err
-		}
-		outs = append(outs, appended{out: out, owners: slices.Clone(owners)})
-		pending, owners = pending[:0], owners[:0]
-		return nil
-	}
+	var a appends
+	flush := func() error { return a.flush(ctx, tx) }
 	for _, i := range idx {
 		results[i] = nil
 		evs, err := runOp(ctx, tx, batch[i], ended, flush)
 		if err != nil {
 			return nil, err
 		}
-		for range evs {
-			owners = append(owners, i)
-		}
-		pending = append(pending, evs...)
+		a.add(i, evs)
 	}
 	if err := flush(); err != nil {
 		return nil, err
 	}
-	return outs, nil
+	return a.outs, nil
 }
 
 func (w *writer) finish(batch []*op, results [][]store.Event, errs []error) {
