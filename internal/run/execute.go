@@ -128,7 +128,7 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 	// (issue 10).
 	// An agent's own stream may wait a little too (streamLinger): with
 	// many streams the deltas of several share a commit.
-	linger := streamLinger
+	linger := m.opts.StreamLinger
 	if ag.Protocol == store.ProtocolA2A {
 		linger = remoteLinger
 	}

@@ -287,3 +287,84 @@ func TestRunOutputIsBounded(t *testing.T) {
 		}
 	})
 }
+
+// sseAgentPaced is a real HTTP agent that writes each event on its own,
+// flushed, gap apart.
+func sseAgentPaced(t *testing.T, gap time.Duration, events ...string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i, ev := range events {
+			if i > 0 {
+				time.Sleep(gap)
+			}
+			fmt.Fprint(w, ev)
+			w.(http.Flusher).Flush()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// An agent's streamed output waits (up to StreamLinger) for more to share
+// its commit, and the run's end takes what waits along at once: with a
+// linger no test outwaits, deltas written 20 ms apart and the run's end
+// are one commit; with none, each delta is a commit of its own.
+func TestStreamedOutputSharesACommit(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		for _, c := range []struct {
+			linger      time.Duration
+			wantCommits int64
+		}{{time.Hour, 1}, {time.Nanosecond, 5}} {
+			st := testdb.Open(t, dialect)
+			agentSrv := sseAgentPaced(t, 20*time.Millisecond,
+				"event: delta\ndata: {\"text\":\"a\"}\n\n", "event: delta\ndata: {\"text\":\"b\"}\n\n",
+				"event: delta\ndata: {\"text\":\"c\"}\n\n", "event: delta\ndata: {\"text\":\"d\"}\n\n",
+				"event: done\ndata: {}\n\n")
+			m := newTestManager(t, st, Options{StreamLinger: c.linger}, "ag", agentSrv.URL)
+			ctx := context.Background()
+			started, err := m.StartRun(ctx, StartParams{UserID: "u", SessionID: "s_" + fmt.Sprint(c.wantCommits), AgentID: "ag", Message: agent.Message{Role: "user", Content: "hi"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, before := m.log.Stats()
+			// Published after the commit is counted: once the run's end
+			// arrives here, Stats has every commit of it.
+			sub := m.log.Subscribe(started.Run.SessionID, started.Events[len(started.Events)-1].Seq)
+			defer sub.Close()
+			wait, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			for ended := false; !ended; {
+				evs, err := sub.Next(wait)
+				if err != nil {
+					t.Fatalf("linger %v: waiting for the run's end: %v", c.linger, err)
+				}
+				for _, e := range evs {
+					ended = ended || eventlog.IsRunEnd(e.Type)
+				}
+			}
+			_, after := m.log.Stats()
+			r := waitEnded(t, st, started.Run.RunID)
+			if r.Status != store.RunDone {
+				t.Fatalf("linger %v: run %s", c.linger, r.Status)
+			}
+			var text strings.Builder
+			for _, e := range runEvents(t, st, r.RunID) {
+				if e.Type == eventlog.TypeAgentStreamDelta {
+					var p struct{ Text string }
+					_ = json.Unmarshal(e.Payload, &p)
+					text.WriteString(p.Text)
+				}
+			}
+			if text.String() != "abcd" {
+				t.Fatalf("linger %v: deltas %q, want abcd", c.linger, text.String())
+			}
+			// The four deltas and the end (with no linger the end has a
+			// commit of its own, unless the last delta's is still open).
+			if got := after - before; (c.wantCommits == 1 && got != 1) || (c.wantCommits > 1 && got < 4) {
+				t.Fatalf("linger %v: the output and the end took %d commits, want %d", c.linger, got, c.wantCommits)
+			}
+		}
+	})
+}

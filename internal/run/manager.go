@@ -46,6 +46,9 @@ type Options struct {
 	// processes never share one; they may share an InstanceID only by
 	// mistake, and Start refuses that.
 	Process string
+	// StreamLinger is how long an agent's streamed output may wait for
+	// more to share its commit (default streamLinger, 2 ms).
+	StreamLinger time.Duration
 	// HeartbeatInterval is how often this process refreshes its instance's
 	// heartbeat (default 1 s); an owner silent for StaleAfter (default
 	// 30 s) is dead and its runs are failed. Orphans are swept every
@@ -173,6 +176,9 @@ func New(log *eventlog.Log, opts Options) *Manager {
 	}
 	if opts.MaxOutputEvents <= 0 {
 		opts.MaxOutputEvents = 100_000
+	}
+	if opts.StreamLinger <= 0 {
+		opts.StreamLinger = streamLinger
 	}
 	if opts.HeartbeatInterval <= 0 {
 		opts.HeartbeatInterval = time.Second
