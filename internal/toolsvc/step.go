@@ -63,9 +63,11 @@ type step struct {
 // closed before anything more of it is logged. After the commit it starts
 // the server calls the step dispatched.
 //
-// A step reads and writes only rows of its session — the run, its
-// descendants and parent, their tool calls and approvals — so steps of
-// different sessions may run at the same time in one group commit
+// A step writes only rows of its session — the run, its descendants and
+// parent, their tool calls, approvals and transcript — and reads nothing
+// else that a step writes (agents' rows, read by a call_<agent> step, are
+// written by the admin API only), so steps of different sessions may run
+// at the same time in one group commit
 // (eventlog.DoAlongside: on PostgreSQL, eight callers' steps then share
 // their round trips instead of taking turns).
 func (s *Service) commit(ctx context.Context, sessionID, runID string, fn func(st *step) error) (*step, error) {
