@@ -66,8 +66,8 @@ type step struct {
 // A step writes only rows of its session — the run, its descendants and
 // parent, their tool calls, approvals and transcript — and reads nothing
 // else that a step writes (agents' rows, read by a call_<agent> step, are
-// written by the admin API only), so steps of different sessions may run
-// at the same time in one group commit
+// written outside the event log: the admin API, heartbeats), so steps of
+// different sessions may run at the same time in one group commit
 // (eventlog.DoAlongside: on PostgreSQL, eight callers' steps then share
 // their round trips instead of taking turns).
 func (s *Service) commit(ctx context.Context, sessionID, runID string, fn func(st *step) error) (*step, error) {
