@@ -444,3 +444,69 @@ func TestAppendBehindShortestLingerWins(t *testing.T) {
 		}
 	})
 }
+
+// endsCounter counts the RunsEnded statements of a transaction.
+type endsCounter struct {
+	store.Queries
+	asked []int
+}
+
+func (c *endsCounter) RunsEnded(ctx context.Context, runIDs []string) (map[string]bool, error) {
+	c.asked = append(c.asked, len(runIDs))
+	return c.Queries.RunsEnded(ctx, runIDs)
+}
+
+// A batch's runs are asked about in one statement per 256, filled up to a
+// power of two with the last run (11 runs: one statement of 16, not three
+// of 8, 2 and 1), and what it finds is right: the ended runs, and only
+// them.
+func TestEndedRunsAskedInOneStatement(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		st := testdb.Open(t, dialect)
+		ctx := context.Background()
+		for _, c := range []struct {
+			runs int
+			want []int
+		}{{1, []int{1}}, {11, []int{16}}, {256, []int{256}}, {300, []int{256, 64}}} {
+			var batch []*op
+			wantEnded := map[string]bool{}
+			for i := range c.runs {
+				sid := session(t, st) // one active root run per session
+				r, err := st.RunInsert(ctx, &store.RunInsertParams{RunID: ids.New("run"), SessionID: sid, AgentID: "a", Owner: "i", StartedAt: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if i%3 == 1 || i == c.runs-1 { // the last, whose id fills the statement up, too
+					if _, err := st.RunTransition(ctx, &store.RunTransitionParams{RunID: r.RunID, From: store.RunActiveStatuses, Status: store.RunCancelled, At: 2}); err != nil {
+						t.Fatal(err)
+					}
+					wantEnded[r.RunID] = true
+				}
+				e := ev(sid, "agent_stream_delta", i)
+				e.RunID, e.IfRunActive = r.RunID, true
+				batch = append(batch, &op{events: []store.EventParams{e}})
+			}
+			var got map[string]bool
+			var counted *endsCounter
+			err := st.InTx(ctx, func(tx store.Queries) (err error) {
+				counted = &endsCounter{Queries: tx}
+				got, err = endedRuns(ctx, counted, batch)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(counted.asked) != fmt.Sprint(c.want) {
+				t.Fatalf("%d runs asked about in statements of %v, want %v", c.runs, counted.asked, c.want)
+			}
+			if len(got) != len(wantEnded) {
+				t.Fatalf("%d runs: %d ended found, want %d", c.runs, len(got), len(wantEnded))
+			}
+			for id := range wantEnded {
+				if !got[id] {
+					t.Fatalf("%d runs: ended run %s not found", c.runs, id)
+				}
+			}
+		}
+	})
+}
