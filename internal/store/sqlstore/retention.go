@@ -218,20 +218,7 @@ func (q *queries) SessionGetForRunLatest(ctx context.Context, sessionID string, 
 		sess, purging, err := q.SessionGetForRun(ctx, sessionID)
 		return sess, purging, nil, err
 	}
-	if q.pipe == nil {
-		sess, purging, err := q.SessionGetForRun(ctx, sessionID)
-		if err != nil {
-			return nil, false, nil, err
-		}
-		r, err := q.RunLatest(ctx, latest)
-		if errors.Is(err, store.ErrNotFound) {
-			return sess, purging, nil, nil
-		}
-		if err != nil {
-			return nil, false, nil, err
-		}
-		return sess, purging, r, nil
-	}
+	// Outside a pipelined transaction rowLater reads the session at once.
 	var purges int64
 	var sess *store.Session
 	var serr error
