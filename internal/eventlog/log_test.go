@@ -28,6 +28,22 @@ func ev(sid, typ string, n int) store.EventParams {
 	return store.EventParams{SessionID: sid, Type: typ, TS: time.Now().UnixMilli(), Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, n))}
 }
 
+// holdWriter keeps l's writer inside a transaction until the returned
+// release is called, so that what is submitted meanwhile is taken by the
+// next commit as one batch.
+func holdWriter(t *testing.T, l *Log, sid string) (release func()) {
+	t.Helper()
+	ch := make(chan struct{})
+	holding := make(chan struct{})
+	go l.Do(context.Background(), sid, func(context.Context, store.Queries) ([]store.EventParams, error) {
+		close(holding)
+		<-ch
+		return nil, nil
+	})
+	<-holding
+	return func() { close(ch) }
+}
+
 // collect reads n events from sub, checking each batch is already committed.
 func collect(t *testing.T, st store.Store, sub *Subscription, n int) []store.Event {
 	t.Helper()

@@ -6,49 +6,16 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/internal/store"
-	"github.com/agentplane/agentplane/internal/store/postgres"
-	"github.com/agentplane/agentplane/internal/testdb"
 )
-
-// holdWriter keeps l's writer inside a transaction until the returned
-// release is called, so that what is submitted meanwhile is taken by the
-// next commit as one batch.
-func holdWriter(t *testing.T, l *Log, sid string) (release func()) {
-	t.Helper()
-	ch := make(chan struct{})
-	holding := make(chan struct{})
-	go l.Do(context.Background(), sid, func(context.Context, store.Queries) ([]store.EventParams, error) {
-		close(holding)
-		<-ch
-		return nil, nil
-	})
-	<-holding
-	return func() { close(ch) }
-}
 
 // Every session a transaction appended to is named in its notification,
 // including one whose events went out before a later op's work (its
 // appends are flushed first, so they were not among the last ones): a
 // subscriber on another replica hears of them at once.
 func TestNotificationNamesEarlierAppends(t *testing.T) {
-	dsn := testdb.DSN(t, "postgres")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	stA, err := postgres.Open(ctx, dsn, postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stA.Close()
-	stB, err := postgres.Open(ctx, dsn, postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stB.Close()
-	a := New(stA, Options{Origin: "a"})
-	defer a.Stop()
-	b := New(stB, Options{Origin: "b"})
-	defer b.Stop()
-	defer testdb.Listen(dsn, b.Notified)()
+	stA, stB, a, b := twoProcesses(t, "a", "b")
 
 	x, y := session(t, stA), session(t, stA)
 	sub := b.Subscribe(x, 0)

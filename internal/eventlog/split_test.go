@@ -37,14 +37,7 @@ func TestFailingOpInLargeBatchIsIsolatedByHalving(t *testing.T) {
 
 		// Hold the writer inside a transaction while the batch queues up
 		// behind it, so the whole batch is taken by the next commit.
-		release := make(chan struct{})
-		holding := make(chan struct{})
-		go l.Do(ctx, sid, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
-			close(holding)
-			<-release
-			return nil, nil
-		})
-		<-holding
+		release := holdWriter(t, l, sid)
 
 		const n = 512
 		const bad = 300
@@ -69,7 +62,7 @@ func TestFailingOpInLargeBatchIsIsolatedByHalving(t *testing.T) {
 			}
 		}
 		before := st.txs.Load()
-		close(release)
+		release()
 		wg.Wait()
 		txs := st.txs.Load() - before
 
