@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/internal/store"
-	"github.com/agentplane/agentplane/internal/store/postgres"
-	"github.com/agentplane/agentplane/internal/testdb"
 )
 
 // runsOfSessions creates n sessions with a run each on st.
@@ -47,14 +45,7 @@ func parallel(ctx context.Context, tx store.Queries, fns []func(store.Queries) e
 // took eight in turn — counted at a TCP proxy in front of the server.
 // What each step read and wrote is what it would have alone.
 func TestParallelStepsShareRoundTrips(t *testing.T) {
-	proxy, dsn := testdb.PostgresProxy(t, testdb.DSN(t, "postgres"))
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	st, err := postgres.Open(ctx, dsn, postgres.Options{MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st, proxy, ctx := openOneConnProxied(t)
 	runs := runsOfSessions(t, ctx, st, 4)
 
 	step := func(r *store.Run, seen *int64) func(store.Queries) error {

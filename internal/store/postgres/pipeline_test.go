@@ -30,6 +30,21 @@ func openOneConn(t *testing.T) (*sqlstore.DB, context.Context) {
 	return st, ctx
 }
 
+// openOneConnProxied opens a fresh schema with a pool of one connection
+// through a TCP proxy that counts the round trips.
+func openOneConnProxied(t *testing.T) (*sqlstore.DB, *testdb.Proxy, context.Context) {
+	t.Helper()
+	proxy, dsn := testdb.PostgresProxy(t, testdb.DSN(t, "postgres"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	st, err := postgres.Open(ctx, dsn, postgres.Options{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, proxy, ctx
+}
+
 func message(id string) *store.MessageAppendParams {
 	return &store.MessageAppendParams{MessageID: id, SessionID: "s1", Role: "user", Content: "hello " + id, CreatedAt: 1}
 }
@@ -207,14 +222,7 @@ func TestPipelinedTransactionContextEnds(t *testing.T) {
 // server. Without it every statement, the BEGIN and the COMMIT were one
 // each.
 func TestPipelinedTransactionRoundTrips(t *testing.T) {
-	proxy, dsn := testdb.PostgresProxy(t, testdb.DSN(t, "postgres"))
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	st, err := postgres.Open(ctx, dsn, postgres.Options{MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st, proxy, ctx := openOneConnProxied(t)
 	if _, err := st.SessionCreate(ctx, &store.SessionCreateParams{SessionID: "s1", UserID: "u", CreatedAt: 1}); err != nil {
 		t.Fatal(err)
 	}
