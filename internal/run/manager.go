@@ -35,6 +35,9 @@ type Options struct {
 	// messages that fit, the first one that does not cut with a marker.
 	// Default 1 MiB.
 	MaxTranscriptBytes int
+	// TranscriptCacheBytes bounds the transcripts kept in memory between a
+	// session's runs (transcriptcache.go; default 64 MiB, negative: none).
+	TranscriptCacheBytes int64
 	// MaxOutputBytes and MaxOutputEvents bound what an agent may stream
 	// into one run (delta text and state events); past either the run
 	// fails output_too_large and the agent's request is closed. Defaults
@@ -122,6 +125,8 @@ type Manager struct {
 	queue runQueue // queue.go
 
 	remote remoteRefs // remotetask.go
+
+	transcripts *transcriptCache // transcriptcache.go
 }
 
 type activeRun struct {
@@ -171,6 +176,9 @@ func New(log *eventlog.Log, opts Options) *Manager {
 	if opts.MaxTranscriptBytes <= 0 {
 		opts.MaxTranscriptBytes = 1 << 20
 	}
+	if opts.TranscriptCacheBytes == 0 {
+		opts.TranscriptCacheBytes = transcriptCacheBytes
+	}
 	if opts.MaxOutputBytes <= 0 {
 		opts.MaxOutputBytes = 8 << 20
 	}
@@ -204,7 +212,8 @@ func New(log *eventlog.Log, opts Options) *Manager {
 	if opts.QueueInterval <= 0 {
 		opts.QueueInterval = 250 * time.Millisecond
 	}
-	m := &Manager{log: log, st: log.Store(), opts: opts, active: map[string]*activeRun{}, queue: runQueue{wake: make(chan struct{}, 1)}}
+	m := &Manager{log: log, st: log.Store(), opts: opts, active: map[string]*activeRun{}, queue: runQueue{wake: make(chan struct{}, 1)},
+		transcripts: newTranscriptCache(opts.TranscriptCacheBytes)}
 	log.Observe(m.committed, m.movedElsewhere)
 	log.Observe(m.queueCommitted, m.queueMovedElsewhere)
 	m.started = metrics.RunsStarted(opts.Metrics)

@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"unicode/utf8"
@@ -20,15 +21,55 @@ const truncationReserve = 256
 // of content (issue 8: a 400 MB answer was sent back to the agent whole).
 // Oldest first in the result.
 func (m *Manager) loadTranscript(ctx context.Context, sessionID string) ([]agent.Message, error) {
-	// One read: the store returns just the messages the byte bound lets
-	// through (and the one across it), not pages of rows to discard.
-	msgs, err := m.st.MessagesTranscript(ctx, sessionID, m.opts.TranscriptLimit, m.opts.MaxTranscriptBytes)
+	msgs, err := m.transcriptMessages(ctx, sessionID)
 	if err != nil {
 		return nil, err
 	}
 	newestFirst, _, _ := takeNewest(nil, msgs, m.opts.MaxTranscriptBytes, true)
 	slices.Reverse(newestFirst)
 	return newestFirst, nil
+}
+
+// transcriptMessages is the store's MessagesTranscript for the session,
+// from the copy this process holds and the messages added since when the
+// session's version says nothing else was added, else read whole (and
+// kept for the next run).
+func (m *Manager) transcriptMessages(ctx context.Context, sessionID string) ([]store.Message, error) {
+	if c := m.transcripts.get(sessionID); c != nil {
+		newer, err := m.st.MessagesTranscriptAfter(ctx, sessionID, c.newestID(), m.opts.TranscriptLimit)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return nil, err
+		}
+		if err == nil && newer.SessionCreatedAt == c.createdAt && len(newer.Messages) < m.opts.TranscriptLimit &&
+			newer.Version-c.version == int64(len(newer.Messages)) {
+			msgs := m.transcriptBound(append(slices.Clip(c.msgs), newer.Messages...))
+			m.transcripts.put(sessionID, newer.Version, newer.SessionCreatedAt, msgs)
+			m.transcripts.hits.Add(1)
+			return msgs, nil
+		}
+		m.transcripts.drop(sessionID)
+	}
+	// One read: the store returns just the messages the byte bound lets
+	// through (and the one across it), not pages of rows to discard.
+	t, err := m.st.MessagesTranscript(ctx, sessionID, m.opts.TranscriptLimit, m.opts.MaxTranscriptBytes)
+	if err != nil {
+		return nil, err
+	}
+	m.transcripts.put(sessionID, t.Version, t.SessionCreatedAt, t.Messages)
+	return t.Messages, nil
+}
+
+// transcriptBound keeps of msgs (oldest first) what MessagesTranscript
+// would return of them: the newest, at most TranscriptLimit, that begin
+// within MaxTranscriptBytes counted from the newest. A message it drops
+// can never be returned again: only newer ones are added.
+func (m *Manager) transcriptBound(msgs []store.Message) []store.Message {
+	n, used := 0, 0
+	for i := len(msgs) - 1; i >= 0 && n < m.opts.TranscriptLimit && used <= m.opts.MaxTranscriptBytes; i-- {
+		used += len(msgs[i].Content)
+		n++
+	}
+	return msgs[len(msgs)-n:]
 }
 
 // takeNewest appends msgs (oldest first) to out newest first while their

@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +87,129 @@ func TestTranscriptIsBoundedNewestFirst(t *testing.T) {
 		m = New(log, Options{MaxTranscriptBytes: 4096, TranscriptLimit: 200})
 		if got = load(m, session(many...)); fmt.Sprint(got) != fmt.Sprint(many) {
 			t.Fatalf("all: %v", got)
+		}
+	})
+}
+
+// A session's transcript read from this process's copy and the messages
+// added since is the transcript read whole, whatever is added between two
+// runs: root and child turns, messages of any size, and messages that
+// commit after a newer one (an id older than the copy's newest), which only
+// the session's version reveals.
+func TestTranscriptCacheMatchesTheStore(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		st := testdb.Open(t, dialect)
+		log := eventlog.New(st, eventlog.Options{})
+		t.Cleanup(log.Stop)
+		ctx := context.Background()
+		opts := Options{MaxTranscriptBytes: 4096, TranscriptLimit: 12}
+		cached := New(log, opts)
+		opts.TranscriptCacheBytes = -1
+		whole := New(log, opts)
+		sid := ids.New("ses")
+		if _, err := st.SessionCreate(ctx, &store.SessionCreateParams{SessionID: sid, UserID: "u", CreatedAt: 1}); err != nil {
+			t.Fatal(err)
+		}
+		rnd := rand.New(rand.NewPCG(1, 2))
+		newest := "msg_0500"
+		lateMisses := 0
+		for step := range 300 {
+			// 0–3 messages between two runs, ids mostly above the newest
+			for range rnd.IntN(4) {
+				id := fmt.Sprintf("msg_%04d", 500+step*4+rnd.IntN(4))
+				late := rnd.IntN(8) == 0
+				if late { // commits after a newer one
+					id = fmt.Sprintf("msg_%04d_late%d", 500+step*4-rnd.IntN(20), step)
+				}
+				parent := ""
+				if rnd.IntN(5) == 0 {
+					parent = "run_child"
+				}
+				size := 1 + rnd.IntN(60) // the count bounds the transcript…
+				if rnd.IntN(6) == 0 {
+					size = 1 + rnd.IntN(3000) // …or the bytes do
+				}
+				content := strings.Repeat(string(rune('a'+step%26)), size)
+				if _, err := st.MessageAppend(ctx, &store.MessageAppendParams{MessageID: id + ids.New(""), SessionID: sid, ParentRunID: parent, Role: "user", Content: content, CreatedAt: 1}); err != nil {
+					t.Fatal(err)
+				}
+				if late && parent == "" && id < newest {
+					lateMisses++
+				}
+				newest = max(newest, id)
+			}
+			got, err := cached.loadTranscript(ctx, sid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := whole.loadTranscript(ctx, sid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("step %d: from the copy %d messages, read whole %d:\n%.300v\n%.300v", step, len(got), len(want), got, want)
+			}
+		}
+		hits := cached.transcripts.hits.Load()
+		if hits < 150 || lateMisses == 0 {
+			t.Fatalf("%d of 300 transcripts from the copy, %d late messages: the test did not exercise both paths", hits, lateMisses)
+		}
+		if whole.transcripts.hits.Load() != 0 || whole.transcripts.get(sid) != nil {
+			t.Fatal("a manager without a cache kept a transcript")
+		}
+	})
+}
+
+// A session deleted and made again under its id starts its count afresh;
+// the copy of the old one's transcript is never taken for the new one's,
+// even when the counts line up (the old one's messages came before the
+// version was counted: an upgraded database).
+func TestTranscriptCacheForgetsADeletedSession(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		st := testdb.Open(t, dialect)
+		log := eventlog.New(st, eventlog.Options{})
+		t.Cleanup(log.Stop)
+		ctx := context.Background()
+		m := New(log, Options{})
+		sid := ids.New("ses")
+		create := func(at int64, contents ...string) {
+			t.Helper()
+			if _, err := st.SessionCreate(ctx, &store.SessionCreateParams{SessionID: sid, UserID: "u", CreatedAt: at}); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range contents {
+				if _, err := st.MessageAppend(ctx, &store.MessageAppendParams{MessageID: ids.New("msg"), SessionID: sid, Role: "user", Content: c, CreatedAt: at}); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Millisecond) // ids order by time
+			}
+		}
+		create(1, "old secret")
+		if err := testdb.Exec(t, st, `UPDATE sessions SET transcript_version = 0`); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := m.loadTranscript(ctx, sid); err != nil || len(got) != 1 || m.transcripts.get(sid) == nil {
+			t.Fatalf("the old session: %v %v", got, err)
+		}
+		if err := st.SessionPurgeBegin(ctx, &store.SessionPurgeBeginParams{SessionID: sid, Owner: "test", Reason: "test", At: 2}); err != nil {
+			t.Fatal(err)
+		}
+		for done := false; !done; {
+			var err error
+			if _, done, err = st.SessionPurgeBatch(ctx, sid, 100); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := st.SessionPurgeFinish(ctx, sid, 3); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.SessionTombstonesPrune(ctx, 4); err != nil {
+			t.Fatal(err)
+		}
+		create(5) // the same id, no messages: counts 0, as the old copy does
+		got, err := m.loadTranscript(ctx, sid)
+		if err != nil || len(got) != 0 {
+			t.Fatalf("the new session's transcript: %v %v", got, err)
 		}
 	})
 }

@@ -123,8 +123,18 @@ type Queries interface {
 	// messages of a session (child runs' turns left out), at most limit,
 	// that begin within budget bytes of content counted from the newest:
 	// those that fit and the first that passes the budget, for the caller
-	// to cut. One statement, which reads no content it does not return.
-	MessagesTranscript(ctx context.Context, sessionID string, limit, budget int) ([]Message, error)
+	// to cut. It reads no content it does not return. The transcript's
+	// Version is read no later than its messages (0 when the session does
+	// not exist).
+	MessagesTranscript(ctx context.Context, sessionID string, limit, budget int) (*Transcript, error)
+	// MessagesTranscriptAfter returns, oldest first, the session's
+	// root-level messages with ids above afterID, at most limit of them,
+	// and the session's transcript version, in one snapshot: a caller
+	// holding the transcript as of version v and newest id afterID knows
+	// it is still complete when Version − v is the number of messages
+	// returned (and fewer than limit). ErrNotFound when the session does
+	// not exist.
+	MessagesTranscriptAfter(ctx context.Context, sessionID, afterID string, limit int) (*Transcript, error)
 
 	AgentUpsert(ctx context.Context, p *AgentUpsertParams) (*Agent, error)
 	AgentGet(ctx context.Context, agentID string) (*Agent, error)
@@ -521,6 +531,21 @@ type Message struct {
 	Role        string `json:"role"`
 	Content     string `json:"content"`
 	CreatedAt   int64  `json:"created_at"`
+}
+
+// Transcript is a session's root-level messages, oldest first, with the
+// session's transcript version: how many root-level messages were added to
+// it (counted in the adding transaction, since migration 0046, so only
+// differences mean anything). A message's id is made before its
+// transaction commits, so one can commit after a newer one; the version is
+// what tells a reader that nothing was added among the messages it holds.
+type Transcript struct {
+	Version int64
+	// SessionCreatedAt tells a session deleted and made again under its id
+	// (whose count starts afresh) from the one read before; 0 when the
+	// session does not exist.
+	SessionCreatedAt int64
+	Messages         []Message
 }
 
 // MessageAppendParams appends a transcript entry.

@@ -16,7 +16,7 @@ import (
 	"github.com/agentplane/agentplane/internal/testdb"
 )
 
-func newSession(t *testing.T, s store.Store) string {
+func newSession(t testing.TB, s store.Store) string {
 	t.Helper()
 	id := ids.New("ses")
 	if _, err := s.SessionCreate(context.Background(), &store.SessionCreateParams{SessionID: id, UserID: "u1", CreatedAt: 1}); err != nil {

@@ -90,8 +90,8 @@ func TestSessionNewestUseTheSessionIndex(t *testing.T) {
 		t.Fatalf("newest messages: %d %v", len(msgs), err)
 	}
 	check("the newest messages", plan("sold", "sold", 8), "Index Scan Backward using messages_root", "messages_pkey")
-	if msgs, err := st.MessagesTranscript(ctx, "sold", 200, 1<<20); err != nil || len(msgs) != 200 || msgs[199].MessageID != "msg_a00002000" {
-		t.Fatalf("transcript: %d %v", len(msgs), err)
+	if tr, err := st.MessagesTranscript(ctx, "sold", 200, 1<<20); err != nil || len(tr.Messages) != 200 || tr.Messages[199].MessageID != "msg_a00002000" {
+		t.Fatalf("transcript: %d %v", len(tr.Messages), err)
 	}
 	// What the store's transcript statement read, in buffers (they include what
 	// a function it calls reads): the most over calls 2–8 on a connection
@@ -133,8 +133,8 @@ func TestSessionNewestUseTheSessionIndex(t *testing.T) {
 		}
 		return most
 	}
-	if msgs, err := st.MessagesTranscript(ctx, "sold", 200, 1<<20); err != nil || len(msgs) != 200 || msgs[199].MessageID != "msg_a00002000" {
-		t.Fatalf("transcript: %d %v", len(msgs), err)
+	if tr, err := st.MessagesTranscript(ctx, "sold", 200, 1<<20); err != nil || len(tr.Messages) != 200 || tr.Messages[199].MessageID != "msg_a00002000" {
+		t.Fatalf("transcript: %d %v", len(tr.Messages), err)
 	}
 	if n := buffers("sold"); n > 40 {
 		t.Errorf("the transcript of a 2,000-turn session read %d buffers; its newest 200 are a few pages", n)
@@ -149,8 +149,8 @@ func TestSessionNewestUseTheSessionIndex(t *testing.T) {
 			SELECT 'msg_c' || lpad(i::text, 8, '0'), 'snew', '', 'a', '', '', 'user', 'turn ' || i, i FROM generate_series(1, 20000) i`); err != nil {
 		t.Fatal(err)
 	}
-	if msgs, err := st.MessagesTranscript(ctx, "snew", 200, 1<<20); err != nil || len(msgs) != 200 || msgs[199].MessageID != "msg_c00020000" || msgs[0].MessageID != "msg_c00019801" {
-		t.Fatalf("transcript of the unseen session: %d %v", len(msgs), err)
+	if tr, err := st.MessagesTranscript(ctx, "snew", 200, 1<<20); err != nil || len(tr.Messages) != 200 || tr.Messages[199].MessageID != "msg_c00020000" || tr.Messages[0].MessageID != "msg_c00019801" {
+		t.Fatalf("transcript of the unseen session: %d %v", len(tr.Messages), err)
 	}
 	if n := buffers("snew"); n > 40 {
 		t.Errorf("the transcript of a 20,000-turn session the statistics have not seen read %d buffers; its newest 200 are a few pages", n)
