@@ -23,20 +23,30 @@ func contentBytes(msgs []string) int {
 	return n
 }
 
+// transcriptStore opens the dialect's store with an event log on it, and
+// returns a function that makes a session of user "u" created at a time.
+func transcriptStore(t testing.TB, dialect string) (store.Store, *eventlog.Log, func(sid string, createdAt int64)) {
+	st := testdb.Open(t, dialect)
+	log := eventlog.New(st, eventlog.Options{})
+	t.Cleanup(log.Stop)
+	return st, log, func(sid string, createdAt int64) {
+		t.Helper()
+		if _, err := st.SessionCreate(context.Background(), &store.SessionCreateParams{SessionID: sid, UserID: "u", CreatedAt: createdAt}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // The transcript sent to an agent keeps the newest messages that fit in
 // its byte bound; the first that does not fit is cut with a marker, so one
 // message over the bound never empties it.
 func TestTranscriptIsBoundedNewestFirst(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, dialect string) {
-		st := testdb.Open(t, dialect)
-		log := eventlog.New(st, eventlog.Options{})
-		t.Cleanup(log.Stop)
+		st, log, createSession := transcriptStore(t, dialect)
 		ctx := context.Background()
 		session := func(contents ...string) string {
 			sid := ids.New("ses")
-			if _, err := st.SessionCreate(ctx, &store.SessionCreateParams{SessionID: sid, UserID: "u", CreatedAt: 1}); err != nil {
-				t.Fatal(err)
-			}
+			createSession(sid, 1)
 			for i, c := range contents {
 				if _, err := st.MessageAppend(ctx, &store.MessageAppendParams{MessageID: ids.New("msg"), SessionID: sid, Role: "user", Content: c, CreatedAt: int64(i + 1)}); err != nil {
 					t.Fatal(err)
@@ -98,18 +108,14 @@ func TestTranscriptIsBoundedNewestFirst(t *testing.T) {
 // the session's version reveals.
 func TestTranscriptCacheMatchesTheStore(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, dialect string) {
-		st := testdb.Open(t, dialect)
-		log := eventlog.New(st, eventlog.Options{})
-		t.Cleanup(log.Stop)
+		st, log, createSession := transcriptStore(t, dialect)
 		ctx := context.Background()
 		opts := Options{MaxTranscriptBytes: 4096, TranscriptLimit: 12}
 		cached := New(log, opts)
 		opts.TranscriptCacheBytes = -1
 		whole := New(log, opts)
 		sid := ids.New("ses")
-		if _, err := st.SessionCreate(ctx, &store.SessionCreateParams{SessionID: sid, UserID: "u", CreatedAt: 1}); err != nil {
-			t.Fatal(err)
-		}
+		createSession(sid, 1)
 		rnd := rand.New(rand.NewPCG(1, 2))
 		newest := "msg_0500"
 		lateMisses := 0
@@ -166,17 +172,13 @@ func TestTranscriptCacheMatchesTheStore(t *testing.T) {
 // version was counted: an upgraded database).
 func TestTranscriptCacheForgetsADeletedSession(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, dialect string) {
-		st := testdb.Open(t, dialect)
-		log := eventlog.New(st, eventlog.Options{})
-		t.Cleanup(log.Stop)
+		st, log, createSession := transcriptStore(t, dialect)
 		ctx := context.Background()
 		m := New(log, Options{})
 		sid := ids.New("ses")
 		create := func(at int64, contents ...string) {
 			t.Helper()
-			if _, err := st.SessionCreate(ctx, &store.SessionCreateParams{SessionID: sid, UserID: "u", CreatedAt: at}); err != nil {
-				t.Fatal(err)
-			}
+			createSession(sid, at)
 			for _, c := range contents {
 				if _, err := st.MessageAppend(ctx, &store.MessageAppendParams{MessageID: ids.New("msg"), SessionID: sid, Role: "user", Content: c, CreatedAt: at}); err != nil {
 					t.Fatal(err)

@@ -6,10 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/ids"
 	"github.com/agentplane/agentplane/internal/store"
-	"github.com/agentplane/agentplane/internal/testdb"
 )
 
 // The cache holds at most its bound, dropping the least recently used
@@ -66,15 +64,11 @@ func BenchmarkLoadTranscript(b *testing.B) {
 				name = dialect + "/copy"
 			}
 			b.Run(name, func(b *testing.B) {
-				st := testdb.Open(b, dialect)
-				log := eventlog.New(st, eventlog.Options{})
-				b.Cleanup(log.Stop)
+				st, log, createSession := transcriptStore(b, dialect)
 				ctx := context.Background()
 				m := New(log, Options{TranscriptCacheBytes: cacheBytes})
 				sid := ids.New("ses")
-				if _, err := st.SessionCreate(ctx, &store.SessionCreateParams{SessionID: sid, UserID: "u", CreatedAt: 1}); err != nil {
-					b.Fatal(err)
-				}
+				createSession(sid, 1)
 				turn := func(i int) {
 					for _, role := range []string{"user", "assistant"} {
 						if _, err := st.MessageAppend(ctx, &store.MessageAppendParams{MessageID: ids.New("msg"), SessionID: sid, Role: role, Content: fmt.Sprintf("%s turn %d", role, i), CreatedAt: 1}); err != nil {
