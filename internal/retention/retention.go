@@ -49,6 +49,9 @@ type Options struct {
 	// events (run.AgentSessionPrefix): they never end, so their events are
 	// pruned from the oldest instead of the session being deleted.
 	AgentSessionPrefix string
+	// Deleted is told of each session this process finished deleting, to
+	// drop what it holds of it in memory (run.Manager.ForgetSession).
+	Deleted func(sessionID string)
 }
 
 // staleAfter is how long a purge may go untouched before another process
@@ -345,6 +348,9 @@ func (s *Sweeper) purgeAs(ctx context.Context, sessionID, actor, action string, 
 	})
 	if err != nil {
 		return counts, err
+	}
+	if s.opts.Deleted != nil {
+		s.opts.Deleted(sessionID)
 	}
 	s.opts.Logger.Info("session deleted", "session_id", sessionID, "by", actor, "rows", counts)
 	return counts, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -80,7 +81,9 @@ func TestSweepDeletesOnlyExpiredSessions(t *testing.T) {
 		if before != "sessions=5 runs=5 events=35 messages=5 " {
 			t.Fatalf("before: %s", before)
 		}
-		sw := New(s, Options{Days: 30, Agents: map[string]int{"keeper": 60, "brief": 3}, BatchSize: 4, PerSweep: 2, Owner: "p", Now: func() time.Time { return now }})
+		var told []string
+		sw := New(s, Options{Days: 30, Agents: map[string]int{"keeper": 60, "brief": 3}, BatchSize: 4, PerSweep: 2, Owner: "p", Now: func() time.Time { return now },
+			Deleted: func(id string) { told = append(told, id) }})
 		deleted := 0
 		for range 4 { // PerSweep 2: the walk takes several sweeps
 			res, err := sw.Sweep(context.Background())
@@ -92,6 +95,9 @@ func TestSweepDeletesOnlyExpiredSessions(t *testing.T) {
 		if deleted != 2 || exists(t, s, old) || exists(t, s, goneSooner) || !exists(t, s, young) || !exists(t, s, activeOld) || !exists(t, s, keptLonger) {
 			t.Fatalf("deleted %d; old %v young %v activeOld %v keptLonger %v goneSooner %v", deleted,
 				exists(t, s, old), exists(t, s, young), exists(t, s, activeOld), exists(t, s, keptLonger), exists(t, s, goneSooner))
+		}
+		if slices.Sort(told); !slices.Equal(told, slices.Sorted(slices.Values([]string{old, goneSooner}))) {
+			t.Fatalf("told of %v, want the two deleted", told)
 		}
 		if after := counts(t, s); after != "sessions=3 runs=3 events=21 messages=3 " {
 			t.Fatalf("after: %s (before %s)", after, before)

@@ -213,5 +213,12 @@ func TestTranscriptCacheForgetsADeletedSession(t *testing.T) {
 		if err != nil || len(got) != 0 {
 			t.Fatalf("the new session's transcript: %v %v", got, err)
 		}
+		// Retention tells the manager of a deletion: the copy goes at once.
+		if m.transcripts.get(sid) == nil {
+			t.Fatal("the new session's transcript was not kept")
+		}
+		if m.ForgetSession(sid); m.transcripts.get(sid) != nil {
+			t.Fatal("ForgetSession kept the copy")
+		}
 	})
 }

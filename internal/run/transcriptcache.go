@@ -53,6 +53,12 @@ func (c *cachedTranscript) newestID() string {
 	return c.msgs[len(c.msgs)-1].MessageID
 }
 
+// ForgetSession drops what this process keeps of a deleted session in
+// memory: its transcript copy, which the session's created_at already
+// keeps from ever being used again; this frees it at once (retention). Other
+// processes drop theirs when the session is next read or LRU makes room.
+func (m *Manager) ForgetSession(sessionID string) { m.transcripts.drop(sessionID) }
+
 func newTranscriptCache(maxBytes int64) *transcriptCache {
 	return &transcriptCache{max: maxBytes, entries: map[string]*list.Element{}}
 }

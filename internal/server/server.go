@@ -154,7 +154,7 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	// so it runs even with no retention period set.
 	rc := cfg.File.Retention
 	sweeper := retention.New(st, retention.Options{Days: rc.Days, Agents: rc.Agents, Interval: rc.SweepInterval, BatchSize: rc.BatchSize,
-		Owner: cfg.InstanceID, Logger: logger, AgentSessionPrefix: run.AgentSessionPrefix})
+		Owner: cfg.InstanceID, Logger: logger, AgentSessionPrefix: run.AgentSessionPrefix, Deleted: runs.ForgetSession})
 	sweeper.Start()
 	defer sweeper.Stop()
 	var shuttingDown atomic.Bool
