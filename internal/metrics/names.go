@@ -100,3 +100,14 @@ func EventCommit(r *Registry) *HistogramVec {
 	return r.HistogramVec("agentplane_event_commit_seconds", "Event log commit latency: from a write's submission to the commit of its batch.",
 		LatencyBuckets)
 }
+
+// Sources of a root run's transcript (the source label of TranscriptReads).
+const (
+	TranscriptFromMemory = "memory" // this process's copy and the messages added since
+	TranscriptFromStore  = "store"  // read whole
+)
+
+// TranscriptReads counts root runs' transcript reads, by source.
+func TranscriptReads(r *Registry) *CounterVec {
+	return r.CounterVec("agentplane_transcript_reads_total", "Root runs' transcript reads, by source (memory: this process's copy and the messages added since; store: read whole).", "source")
+}

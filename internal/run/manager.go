@@ -213,7 +213,7 @@ func New(log *eventlog.Log, opts Options) *Manager {
 		opts.QueueInterval = 250 * time.Millisecond
 	}
 	m := &Manager{log: log, st: log.Store(), opts: opts, active: map[string]*activeRun{}, queue: runQueue{wake: make(chan struct{}, 1)},
-		transcripts: newTranscriptCache(opts.TranscriptCacheBytes)}
+		transcripts: newTranscriptCache(opts.TranscriptCacheBytes, opts.Metrics)}
 	log.Observe(m.committed, m.movedElsewhere)
 	log.Observe(m.queueCommitted, m.queueMovedElsewhere)
 	m.started = metrics.RunsStarted(opts.Metrics)

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentplane/agentplane/internal/agent"
+	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/store"
 )
 
@@ -44,7 +45,7 @@ func (m *Manager) transcriptMessages(ctx context.Context, sessionID string) ([]s
 			newer.Version-c.version == int64(len(newer.Messages)) {
 			msgs := m.transcriptBound(append(slices.Clip(c.msgs), newer.Messages...))
 			m.transcripts.put(sessionID, newer.Version, newer.SessionCreatedAt, msgs)
-			m.transcripts.hits.Add(1)
+			m.transcripts.reads.Inc(metrics.TranscriptFromMemory)
 			return msgs, nil
 		}
 		m.transcripts.drop(sessionID)
@@ -56,6 +57,7 @@ func (m *Manager) transcriptMessages(ctx context.Context, sessionID string) ([]s
 		return nil, err
 	}
 	m.transcripts.put(sessionID, t.Version, t.SessionCreatedAt, t.Messages)
+	m.transcripts.reads.Inc(metrics.TranscriptFromStore)
 	return t.Messages, nil
 }
 

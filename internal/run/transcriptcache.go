@@ -3,8 +3,8 @@ package run
 import (
 	"container/list"
 	"sync"
-	"sync/atomic"
 
+	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/store"
 )
 
@@ -32,7 +32,7 @@ type transcriptCache struct {
 	order   list.List // of *cachedTranscript, the most recently used first
 	entries map[string]*list.Element
 
-	hits atomic.Int64 // transcripts answered from a copy and what was added since
+	reads *metrics.CounterVec // agentplane_transcript_reads_total
 }
 
 // cachedTranscript is a session's transcript as of version: the store's
@@ -59,8 +59,14 @@ func (c *cachedTranscript) newestID() string {
 // processes drop theirs when the session is next read or LRU makes room.
 func (m *Manager) ForgetSession(sessionID string) { m.transcripts.drop(sessionID) }
 
-func newTranscriptCache(maxBytes int64) *transcriptCache {
-	return &transcriptCache{max: maxBytes, entries: map[string]*list.Element{}}
+func newTranscriptCache(maxBytes int64, reg *metrics.Registry) *transcriptCache {
+	tc := &transcriptCache{max: maxBytes, entries: map[string]*list.Element{}, reads: metrics.TranscriptReads(reg)}
+	reg.GaugeFunc("agentplane_transcript_cache_bytes", "What this process keeps of transcripts in memory.", func() float64 {
+		tc.mu.Lock()
+		defer tc.mu.Unlock()
+		return float64(tc.bytes)
+	})
+	return tc
 }
 
 // get returns the session's copy, or nil.

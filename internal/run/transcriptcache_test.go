@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/agentplane/agentplane/internal/ids"
+	"github.com/agentplane/agentplane/internal/metrics"
 	"github.com/agentplane/agentplane/internal/store"
 )
 
@@ -21,7 +22,7 @@ func TestTranscriptCacheBound(t *testing.T) {
 		}
 		return out
 	}
-	tc := newTranscriptCache(4 * (1000 + messageOverhead))
+	tc := newTranscriptCache(4*(1000+messageOverhead), metrics.New())
 	for _, s := range []string{"a", "b", "c", "d"} {
 		tc.put(s, 1, 1, msgs(1, 1000))
 	}
@@ -47,7 +48,7 @@ func TestTranscriptCacheBound(t *testing.T) {
 	if tc.get("a") != nil || len(tc.entries) != 3 {
 		t.Fatal("drop kept the copy")
 	}
-	off := newTranscriptCache(-1)
+	off := newTranscriptCache(-1, metrics.New())
 	if off.put("a", 1, 1, msgs(1, 1)); off.get("a") != nil {
 		t.Fatal("a cache turned off kept a copy")
 	}
