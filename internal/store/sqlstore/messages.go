@@ -67,13 +67,11 @@ func (q *queries) MessagesTranscript(ctx context.Context, sessionID string, limi
 // MessagesTranscriptAfter is one statement on both stores: the session's
 // version row, then its root-level messages above afterID.
 func (q *queries) MessagesTranscriptAfter(ctx context.Context, sessionID, afterID string, limit int) (*store.Transcript, error) {
-	// Oldest first from afterID, by the session's index (inSession says why
-	// PostgreSQL is given a range, here walked forward).
-	cond, orderBy, args := q.inSession(sessionID)
-	orderBy = strings.ReplaceAll(orderBy, " DESC", "")
+	// Oldest first from afterID, by the session's index walked forward.
+	cond, orderBy, args := q.inSession(sessionID, "ASC")
 	rows, err := q.query(ctx, `SELECT transcript_version, `+versionRowFill+` FROM sessions WHERE session_id = ?
 		UNION ALL SELECT * FROM (SELECT 0, `+messageCols+` FROM messages WHERE `+cond+` AND parent_run_id = '' AND message_id > ?
-			ORDER BY `+orderBy+`message_id LIMIT ?) AS newer`, append(append([]any{sessionID}, args...), afterID, max(limit, 1))...)
+			ORDER BY `+orderBy+`message_id ASC LIMIT ?) AS newer`, append(append([]any{sessionID}, args...), afterID, max(limit, 1))...)
 	if err != nil {
 		return nil, fmt.Errorf("transcript of %s after %s: %w", sessionID, afterID, err)
 	}
@@ -168,7 +166,7 @@ func (q *queries) MessagesList(ctx context.Context, p *store.MessagesListParams)
 	if limit <= 0 || limit > 1000 {
 		limit = 100
 	}
-	cond, orderBy, args := q.inSession(p.SessionID)
+	cond, orderBy, args := q.inSession(p.SessionID, "DESC")
 	query := `SELECT ` + messageCols + ` FROM messages WHERE ` + cond
 	if p.RootOnly {
 		query += ` AND parent_run_id = ''`

@@ -119,7 +119,7 @@ func (q *queries) RunListTree(ctx context.Context, rootRunID string) ([]*store.R
 
 // RunLatest returns the newest run of a session matching p's filters.
 func (q *queries) RunLatest(ctx context.Context, p *store.RunLatestParams) (*store.Run, error) {
-	cond, orderBy, args := q.inSession(p.SessionID)
+	cond, orderBy, args := q.inSession(p.SessionID, "DESC")
 	query := `SELECT ` + runCols + ` FROM runs WHERE ` + cond
 	if p.RootOnly {
 		query += ` AND parent_run_id = ''`

@@ -236,8 +236,9 @@ var sqliteParams = strings.NewReplacer("LIMIT ?", "LIMIT +?", "type = ?", "type 
 
 var sqliteBound sync.Map // query text -> SQLite form
 
-// inSession is the condition, its arguments and the ORDER BY prefix of a
-// statement that wants a session's newest rows in an order. On
+// inSession is the condition, its arguments and the ORDER BY prefix (in
+// direction dir, "ASC" or "DESC") of a statement that wants a session's
+// rows in an order, walked from the newest or the oldest. On
 // PostgreSQL the session is a range, ordered by first: with
 // session_id = ?, PostgreSQL drops the constant from the order and may
 // walk an index of the order alone (runs_started, the messages' primary
@@ -247,9 +248,9 @@ var sqliteBound sync.Map // query text -> SQLite form
 // microseconds. A range is not a constant, so only the session's index
 // gives the order. SQLite keeps the equality: it has no incremental sort,
 // and the range made it sort all of a session's runs on every run start.
-func (q *queries) inSession(sessionID string) (cond, orderBy string, args []any) {
+func (q *queries) inSession(sessionID, dir string) (cond, orderBy string, args []any) {
 	if q.d.Name == "postgres" {
-		return `session_id >= ? AND session_id <= ?`, `session_id DESC, `, []any{sessionID, sessionID}
+		return `session_id >= ? AND session_id <= ?`, `session_id ` + dir + `, `, []any{sessionID, sessionID}
 	}
 	return `session_id = ?`, ``, []any{sessionID}
 }
