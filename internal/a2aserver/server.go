@@ -141,7 +141,7 @@ var errNoA2AAgent = respond.E(http.StatusNotFound, "agent_not_found", "no such A
 
 // servedAgent returns the agent at {agent_id} if it is served over A2A.
 func (s *Server) servedAgent(r *http.Request) (*store.Agent, error) {
-	ag, err := s.st.AgentGet(r.Context(), r.PathValue("agent_id"))
+	ag, err := s.opts.Runs.Agent(r.Context(), r.PathValue("agent_id"))
 	if errors.Is(err, store.ErrNotFound) || (err == nil && !ag.A2A) {
 		return nil, errNoA2AAgent
 	}

@@ -130,8 +130,9 @@ func (a *API) Register(ctx context.Context, req *RegisterRequest) (*RegisterResp
 	var key, hash string
 	var ag *store.Agent
 	var created bool
-	// The change and its audit row commit together (DESIGN §15).
-	err = a.St.InTx(ctx, func(tx store.Queries) error {
+	// The change and its audit row commit together (DESIGN §15); the run
+	// manager forgets the agent rows it keeps.
+	err = a.Runs.WriteAgents(ctx, func(tx store.Queries) error {
 		prev, err := tx.AgentGet(ctx, req.AgentID)
 		created = errors.Is(err, store.ErrNotFound)
 		if err != nil && !created {
@@ -247,7 +248,7 @@ func (a *API) agentDelete(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("agent_id")
 	ctx := a.auditCtx(r)
-	err := a.St.InTx(ctx, func(tx store.Queries) error {
+	err := a.Runs.WriteAgents(ctx, func(tx store.Queries) error {
 		if err := tx.AgentDelete(ctx, id); err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/metrics"
+	"github.com/agentplane/agentplane/internal/rowcache"
 	"github.com/agentplane/agentplane/internal/store"
 )
 
@@ -127,6 +128,8 @@ type Manager struct {
 	remote remoteRefs // remotetask.go
 
 	transcripts *transcriptCache // transcriptcache.go
+
+	agents rowcache.Cache[*store.Agent] // agents.go
 }
 
 type activeRun struct {
@@ -214,6 +217,8 @@ func New(log *eventlog.Log, opts Options) *Manager {
 	}
 	m := &Manager{log: log, st: log.Store(), opts: opts, active: map[string]*activeRun{}, queue: runQueue{wake: make(chan struct{}, 1)},
 		transcripts: newTranscriptCache(opts.TranscriptCacheBytes, opts.Metrics)}
+	m.agents.TTL = agentRowTTL
+	log.Observe(nil, m.heardAgentsChanged)
 	log.Observe(m.committed, m.movedElsewhere)
 	log.Observe(m.queueCommitted, m.queueMovedElsewhere)
 	m.started = metrics.RunsStarted(opts.Metrics)

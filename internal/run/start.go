@@ -105,7 +105,7 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 	ag := p.Agent
 	if ag == nil || ag.AgentID != p.AgentID {
 		var err error
-		ag, err = m.st.AgentGet(ctx, p.AgentID)
+		ag, err = m.Agent(ctx, p.AgentID)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, ErrAgentNotFound
 		}

@@ -335,6 +335,11 @@ const NotifyChannel = "agentplane_events"
 // (a session id is letters, digits and "_.:-").
 const NotifyToolsChanged = "!tools"
 
+// NotifyAgentsChanged, named among a notification's session ids, says that
+// an agent was registered, changed or deleted, so processes that keep
+// agent rows read them again.
+const NotifyAgentsChanged = "!agents"
+
 // Session is one conversation of one user. LastSeq is the per-session event
 // counter: events get seq LastSeq+1… inside the transaction that inserts them.
 type Session struct {

@@ -55,14 +55,14 @@ func (s *Service) lookup(ctx context.Context, name string) (*tool.Tool, error) {
 // timeout, on_failure return_to_agent, the agent's name and description —
 // each but the parameters overridable by PUT /v1/tools/call_<agent_id>.
 func (s *Service) agentTool(ctx context.Context, name string) (*tool.Tool, error) {
-	ag, err := s.st.AgentGet(ctx, strings.TrimPrefix(name, tool.AgentToolPrefix))
+	ag, err := s.agent(ctx, strings.TrimPrefix(name, tool.AgentToolPrefix))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, ErrToolNotFound
 	}
 	if err != nil {
 		return nil, err
 	}
-	row, err := s.registry.rows.get(ctx, s.st, name)
+	row, err := s.registry.rows.Get(ctx, name, s.st.ToolGet)
 	if errors.Is(err, store.ErrNotFound) {
 		row, err = nil, nil
 	}
@@ -101,6 +101,15 @@ func (s *Service) agentTool(ctx context.Context, name string) (*tool.Tool, error
 	return t, nil
 }
 
+// agent reads an agent's row through the run manager, which keeps rows
+// briefly; without one, from the store.
+func (s *Service) agent(ctx context.Context, agentID string) (*store.Agent, error) {
+	if s.opts.Runs != nil {
+		return s.opts.Runs.Agent(ctx, agentID)
+	}
+	return s.st.AgentGet(ctx, agentID)
+}
+
 // describeAgent is a call_<agent> tool's description: the agent's name
 // and what it does.
 func describeAgent(ag *store.Agent) string {
@@ -114,7 +123,7 @@ func describeAgent(ag *store.Agent) string {
 // agentToolsFor returns the call_<agent> tools of agentID's linked agents
 // (those registered), in the order of its links.
 func (s *Service) agentToolsFor(ctx context.Context, agentID string) ([]*tool.Tool, error) {
-	caller, err := s.st.AgentGet(ctx, agentID)
+	caller, err := s.agent(ctx, agentID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}

@@ -144,7 +144,7 @@ func (r *registry) getMCP(ctx context.Context, name string) (*tool.Tool, *store.
 		}
 		return nil, nil, ErrToolNotFound
 	}
-	row, err := r.rows.get(ctx, r.st, name)
+	row, err := r.rows.Get(ctx, name, r.st.ToolGet)
 	if errors.Is(err, store.ErrNotFound) {
 		row = nil
 	} else if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/audit"
 	"github.com/agentplane/agentplane/internal/respond"
+	"github.com/agentplane/agentplane/internal/rowcache"
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/tool"
 )
@@ -20,7 +21,7 @@ import (
 // compiles a definition only once per version.
 type registry struct {
 	st    store.Store
-	rows  toolRows // the rows themselves, briefly (rowcache.go)
+	rows  rowcache.Cache[*store.ToolRow] // the rows themselves, briefly (rowcache.go)
 	mu    sync.RWMutex
 	cache map[string]compiled
 
@@ -51,7 +52,7 @@ func (r *registry) get(ctx context.Context, name string) (*tool.Tool, *store.Too
 	if tool.IsMCPName(name) {
 		return r.getMCP(ctx, name)
 	}
-	row, err := r.rows.get(ctx, r.st, name)
+	row, err := r.rows.Get(ctx, name, r.st.ToolGet)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil, ErrToolNotFound
 	}

@@ -40,6 +40,8 @@ type RunGuard interface {
 	BeginChild(ctx context.Context, tx store.Queries, parent *store.Run, p run.ChildParams) (*run.ChildStarted, []store.EventParams, func(), error)
 	// CheckLink refuses a call the caller's links or the depth limit forbid.
 	CheckLink(ctx context.Context, q store.Queries, parent *store.Run, agentID string) error
+	// Agent reads an agent's row, kept briefly (run.Manager.Agent).
+	Agent(ctx context.Context, agentID string) (*store.Agent, error)
 }
 
 // Options configure a Service. Zero values pick defaults.
@@ -133,6 +135,7 @@ func New(log *eventlog.Log, opts Options) *Service {
 	}
 	s := &Service{log: log, st: log.Store(), opts: opts, waiters: newWaiters()}
 	s.registry.st = s.st
+	s.registry.rows.TTL = toolRowTTL
 	s.execCtx, s.execCancel = context.WithCancel(context.Background())
 	s.workers = newWorkers(s.execCtx.Done(), workerKeep)
 	s.calls, s.duration = metrics.ToolCalls(opts.Metrics), metrics.ToolCallDuration(opts.Metrics)
