@@ -128,8 +128,9 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 	var run *store.Run
 	var position int // > 0: queued at this position
 	var prevRunID string
+	var resumes *store.Run // the run the new one answers, if any
 	evs, err := m.log.Do(ctx, sessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
-		position = 0
+		position, resumes = 0, nil
 		// The caps' locks first (a user's, then the admission row), in the
 		// order every path takes them, before the session's (queue.go).
 		if err := m.lockCaps(ctx, tx, p.UserID); err != nil {
@@ -167,7 +168,7 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		case purging:
 			return nil, ErrSessionNotFound
 		}
-		resumes, err := m.resumable(ctx, tx, latest, sessionID, ag.AgentID, p)
+		resumes, err = m.resumable(ctx, tx, latest, sessionID, ag.AgentID, p)
 		if err != nil {
 			return nil, err
 		}
@@ -183,19 +184,10 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		if resumes != nil {
 			ins.ResumesRunID = resumes.RunID
 		}
-		run, err = tx.RunInsert(ctx, ins)
-		if errors.Is(err, store.ErrConflict) {
-			// The session has an active root run, or (resuming) another
-			// message answered the run a moment ago: that one is the
-			// session's latest root run then, whatever its state.
-			if resumes != nil {
-				if last, lerr := tx.RunLatest(ctx, &store.RunLatestParams{SessionID: sessionID, RootOnly: true}); lerr == nil && last.ResumesRunID == resumes.RunID && store.RunIsTerminal(last.Status) {
-					return nil, ErrNotResumable
-				}
-			}
-			return nil, ErrSessionBusy
-		}
-		if err != nil {
+		// A conflict aborts the transaction, maybe only at its commit (the
+		// INSERT is sent with the statements after it on PostgreSQL): it
+		// is told apart below, once the transaction is over.
+		if run, err = tx.RunInsertOrAbort(ctx, ins); err != nil {
 			return nil, err
 		}
 		if position, err = m.checkCaps(ctx, tx, run, now); err != nil {
@@ -217,6 +209,9 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 			{SessionID: sessionID, RunID: runID, TS: now, Type: eventlog.TypeAgentInvokeStarted, Payload: invoked},
 		}, nil
 	})
+	if errors.Is(err, store.ErrConflict) {
+		err = m.startConflict(ctx, sessionID, resumes)
+	}
 	if err != nil {
 		tracing.End(span, err)
 		return nil, err
@@ -231,6 +226,21 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 	m.started.Inc(run.AgentID)
 	m.launch(&job{run: run, ag: ag, message: p.Message, traceparent: traceparent, span: span, prevRunID: prevRunID, beforeInvoke: p.BeforeInvoke})
 	return &Started{Run: run, Events: evs}, nil
+}
+
+// startConflict tells apart why a start's run could not be inserted: the
+// session has an active root run (ErrSessionBusy), or — resuming — another
+// message answered the run a moment ago and that answer has ended
+// (ErrNotResumable; while it runs the session is busy). The start's
+// transaction is over: its insert may have failed only at the commit.
+func (m *Manager) startConflict(ctx context.Context, sessionID string, resumes *store.Run) error {
+	if resumes != nil {
+		last, err := m.st.RunLatest(ctx, &store.RunLatestParams{SessionID: sessionID, RootOnly: true})
+		if err == nil && last.ResumesRunID == resumes.RunID && store.RunIsTerminal(last.Status) {
+			return ErrNotResumable
+		}
+	}
+	return ErrSessionBusy
 }
 
 // resumable returns the run a new root run in sessionID answers, or nil

@@ -75,6 +75,12 @@ type Queries interface {
 	SessionGet(ctx context.Context, sessionID string) (*Session, error)
 
 	RunInsert(ctx context.Context, p *RunInsertParams) (*Run, error)
+	// RunInsertOrAbort inserts a RUNNING root run (no parent, child key or
+	// tool call) whose conflict — the session's active root run, another
+	// answer to the run it resumes — aborts the transaction: its
+	// ErrConflict may come back only from a later statement or the commit,
+	// as the INSERT may be sent with them. It returns the row inserted.
+	RunInsertOrAbort(ctx context.Context, p *RunInsertParams) (*Run, error)
 	RunGet(ctx context.Context, runID string) (*Run, error)
 	RunTransition(ctx context.Context, p *RunTransitionParams) (*Run, error)
 	// RunLock reads a run and holds its row lock for the rest of the

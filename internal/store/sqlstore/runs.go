@@ -39,6 +39,28 @@ func scanRuns(rows *rows) ([]*store.Run, error) {
 	return out, rows.Err()
 }
 
+// RunInsertOrAbort inserts a RUNNING root run without waiting for the
+// database's answer where it can: inside a pipelined transaction
+// (PostgreSQL) the INSERT goes with the transaction's next waited-for
+// statement or its COMMIT — one round trip fewer on every run's start.
+// So a conflict (the session's active root run, or another answer to the
+// run it resumes) cannot be a clean answer as in RunInsert: it aborts the
+// transaction, and ErrConflict comes back from that later statement or
+// the commit (at once, elsewhere). The run returned is the row inserted.
+func (q *queries) RunInsertOrAbort(ctx context.Context, p *store.RunInsertParams) (*store.Run, error) {
+	if p.ParentRunID != "" || p.ChildKey != "" || p.ToolCallID != "" {
+		return nil, fmt.Errorf("insert run %s: RunInsertOrAbort inserts root runs only", p.RunID)
+	}
+	if err := q.execLater(ctx, `INSERT INTO runs (run_id, session_id, agent_id, parent_run_id, root_run_id, depth, user_id, status, owner, started_at,
+			intention_id, resumes_run_id)
+		VALUES (?, ?, ?, '', ?, 0, ?, 'RUNNING', ?, ?, ?, ?)`,
+		p.RunID, p.SessionID, p.AgentID, p.RunID, p.UserID, p.Owner, p.StartedAt, p.IntentionID, p.ResumesRunID); err != nil {
+		return nil, fmt.Errorf("insert run %s: %w", p.RunID, err)
+	}
+	return &store.Run{RunID: p.RunID, SessionID: p.SessionID, AgentID: p.AgentID, RootRunID: p.RunID, UserID: p.UserID, Status: store.RunRunning,
+		Owner: p.Owner, StartedAt: p.StartedAt, IntentionID: p.IntentionID, ResumesRunID: p.ResumesRunID}, nil
+}
+
 // RunInsert inserts a RUNNING run. ON CONFLICT DO NOTHING covers the
 // primary key, the one-active-root-run-per-session index and the child key
 // index, so a busy session or a repeated child is a clean answer rather
