@@ -203,17 +203,35 @@ func (w *writer) commit(batch []*op) {
 }
 
 // try runs ops in one transaction. On failure nothing is kept in results.
+//
+// Where the store can (store.RunsActiveAsserter: PostgreSQL), the check
+// that the runs whose output the ops append are still active is sent
+// with the statements after it instead of waited for — one round trip
+// fewer per transaction. When that transaction fails, a run had ended or
+// something else went wrong, which the check failing may have caused (an
+// op that carries on after a failed statement); the ops run once more,
+// asking first, as everywhere else.
 func (w *writer) try(ops []*op, results [][]store.Event) error {
+	asserted, err := w.tryAsking(ops, results, false)
+	if err != nil && asserted {
+		_, err = w.tryAsking(ops, results, true)
+	}
+	return err
+}
+
+// tryAsking is try's transaction: ask, which runs have ended is read
+// before the ops run, else asserted where the store can (asserted true).
+func (w *writer) tryAsking(ops []*op, results [][]store.Event, ask bool) (asserted bool, err error) {
 	// Cancellation of the submitter must not abort a shared transaction.
 	ctx := context.Background()
 	var outs []appended
-	err := w.st.InTx(ctx, func(tx store.Queries) (err error) {
-		outs, err = w.runOps(ctx, tx, ops, results)
+	err = w.st.InTx(ctx, func(tx store.Queries) (err error) {
+		outs, asserted, err = w.runOps(ctx, tx, ops, results, ask)
 		return err
 	})
 	if err != nil {
 		clear(results)
-		return err
+		return asserted, err
 	}
 	// Only now: the events' seqs may be filled in by the commit.
 	for _, a := range outs {
@@ -221,7 +239,7 @@ func (w *writer) try(ops []*op, results [][]store.Event) error {
 			results[a.owners[i]] = append(results[a.owners[i]], a.out[i])
 		}
 	}
-	return nil
+	return asserted, nil
 }
 
 // appended is one append of a transaction: its events and, for each, the
@@ -263,8 +281,8 @@ func failChain(o *op, err error) {
 // the log keeps submission order. Last, other processes are told which
 // sessions moved (delivered only if this transaction commits), with the
 // last appends (one statement on PostgreSQL where it can).
-func (w *writer) runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event) ([]appended, error) {
-	return runOps(ctx, tx, batch, results, func(pending []store.EventParams, earlier []appended) ([]store.Event, error) {
+func (w *writer) runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event, ask bool) ([]appended, bool, error) {
+	return runOps(ctx, tx, batch, results, ask, func(pending []store.EventParams, earlier []appended) ([]store.Event, error) {
 		var sessions []string
 		seen := map[string]bool{}
 		add := func(s string) {
@@ -293,11 +311,20 @@ func (w *writer) runOps(ctx context.Context, tx store.Queries, batch []*op, resu
 // runOps runs the batch's ops; last appends what is pending at the end
 // (possibly nothing) and ends the transaction's work. It returns the
 // appends, whose events go to results once the transaction has committed
-// (their seqs may be filled in by the commit: store.Queries.EventsAppend).
-func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event, last func(pending []store.EventParams, earlier []appended) ([]store.Event, error)) ([]appended, error) {
-	ended, err := endedRuns(ctx, tx, batch)
+// (their seqs may be filled in by the commit: store.Queries.EventsAppend),
+// and whether the batch's runs were asserted active rather than asked
+// about (ask false and a store that can: try).
+func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event, ask bool, last func(pending []store.EventParams, earlier []appended) ([]store.Event, error)) ([]appended, bool, error) {
+	var ended map[string]bool
+	asserted, err := false, error(nil)
+	if !ask {
+		asserted, err = assertActive(ctx, tx, batch)
+	}
+	if err == nil && !asserted {
+		ended, err = endedRuns(ctx, tx, batch)
+	}
 	if err != nil {
-		return nil, err
+		return nil, asserted, err
 	}
 	var a appends
 	flush := func() error { return a.flush(ctx, tx) }
@@ -306,11 +333,11 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 		if n := alongside(batch[i:]); parallel && n > 0 {
 			// A state change flushes the pending appends first, as below.
 			if err := flush(); err != nil {
-				return nil, err
+				return nil, asserted, err
 			}
 			got, err := runAlongside(ctx, tx, batch, i, i+n, results, ended)
 			if err != nil {
-				return nil, err
+				return nil, asserted, err
 			}
 			a.outs = append(a.outs, got...)
 			i += n
@@ -319,17 +346,17 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 		results[i] = nil
 		evs, err := runOp(ctx, tx, batch[i], ended, flush)
 		if err != nil {
-			return nil, err
+			return nil, asserted, err
 		}
 		a.add(i, evs)
 		i++
 	}
 	out, err := last(a.pending, a.outs)
 	if err != nil {
-		return nil, err
+		return nil, asserted, err
 	}
 	a.take(out)
-	return a.outs, nil
+	return a.outs, asserted, nil
 }
 
 // appends gathers a transaction's events still to append, with the index
@@ -495,10 +522,24 @@ func (w *writer) finish(batch []*op, results [][]store.Event, errs []error) {
 	}
 }
 
-// endedRuns reads, once per batch, which runs with IfRunActive events have
-// ended, so those events are dropped rather than logged after the run's
-// terminal event. Nil when the batch has no such event.
-func endedRuns(ctx context.Context, tx store.Queries, batch []*op) (map[string]bool, error) {
+// assertActive has the store check, without waiting for the answer, that
+// the runs with IfRunActive events in batch are active (true), where it
+// can (store.RunsActiveAsserter); false when it cannot or the batch has no
+// such event.
+func assertActive(ctx context.Context, tx store.Queries, batch []*op) (bool, error) {
+	a, ok := tx.(store.RunsActiveAsserter)
+	if !ok {
+		return false, nil
+	}
+	ids := ifRunActive(batch)
+	if len(ids) == 0 {
+		return false, nil
+	}
+	return true, a.AssertRunsActive(ctx, ids)
+}
+
+// ifRunActive lists, once each, the runs of batch's IfRunActive events.
+func ifRunActive(batch []*op) []string {
 	var ids []string
 	seen := map[string]bool{}
 	for _, o := range batch {
@@ -509,6 +550,14 @@ func endedRuns(ctx context.Context, tx store.Queries, batch []*op) (map[string]b
 			}
 		}
 	}
+	return ids
+}
+
+// endedRuns reads, once per batch, which runs with IfRunActive events have
+// ended, so those events are dropped rather than logged after the run's
+// terminal event. Nil when the batch has no such event.
+func endedRuns(ctx context.Context, tx store.Queries, batch []*op) (map[string]bool, error) {
+	ids := ifRunActive(batch)
 	if len(ids) == 0 {
 		return nil, nil
 	}

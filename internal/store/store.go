@@ -28,6 +28,9 @@ var (
 	// request may be retried later. HTTP answers 503 store_unavailable with
 	// Retry-After (package respond).
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrRunEnded is a transaction's failure when a run it asserted
+	// active had ended (RunsActiveAsserter).
+	ErrRunEnded = errors.New("a run has ended")
 )
 
 // Store is a database: Queries run in their own implicit transaction, InTx
@@ -51,6 +54,17 @@ type Store interface {
 // after the other.
 type Parallel interface {
 	Parallel(ctx context.Context, fns []func(tx Queries) error) error
+}
+
+// RunsActiveAsserter is offered by Queries that can check runs are still
+// active without waiting for the answer (PostgreSQL's pipelined
+// transactions). AssertRunsActive share-locks runIDs' rows, as RunsEnded
+// does, and if one of them has ended fails the transaction with
+// ErrRunEnded — from a later statement or the commit, as the check goes
+// to the database with them. The event log appends runs' output so, one
+// round trip fewer than asking first, and asks first when it fails.
+type RunsActiveAsserter interface {
+	AssertRunsActive(ctx context.Context, runIDs []string) error
 }
 
 // RunParallel runs fns in tx: at the same time where tx offers Parallel,

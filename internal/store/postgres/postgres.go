@@ -31,6 +31,12 @@ var dialect = &sqlstore.Dialect{
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "23505"
 	},
+	// agentplane_runs_active (migration 0047) raises AP001.
+	IsRunEnded: func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && pe.Code == "AP001"
+	},
+	RunsActiveStatement: `SELECT agentplane_runs_active(?)`,
 	IsNotNullViolation: func(err error) bool {
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "23502"

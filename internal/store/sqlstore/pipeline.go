@@ -103,6 +103,17 @@ func (q pipeQueries) Parallel(ctx context.Context, fns []func(store.Queries) err
 	return nil
 }
 
+// AssertRunsActive queues the check that runIDs are active
+// (store.RunsActiveAsserter): the dialect's RunsActiveStatement, whose
+// failure fails the transaction at the next statement waited for or the
+// commit. Only where the dialect has such a statement.
+func (q pipeQueries) AssertRunsActive(ctx context.Context, runIDs []string) error {
+	if q.d.RunsActiveStatement == "" {
+		return errors.New("sqlstore: this dialect cannot assert runs active")
+	}
+	return q.execLater(ctx, q.d.RunsActiveStatement, runIDs)
+}
+
 // pipeResult is a Pipe's Exec result as a sql.Result.
 type pipeResult int64
 

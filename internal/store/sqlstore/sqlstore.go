@@ -25,6 +25,9 @@ type Dialect struct {
 	Numbered bool
 	// IsUniqueViolation reports a unique/primary-key constraint error.
 	IsUniqueViolation func(error) bool
+	// IsRunEnded reports the failure of a run check sent without waiting
+	// (store.RunsActiveAsserter; nil: the dialect has none).
+	IsRunEnded func(error) bool
 	// IsNotNullViolation reports a NOT NULL constraint error (nil: the
 	// store's statements never rely on one).
 	IsNotNullViolation func(error) bool
@@ -45,6 +48,10 @@ type Dialect struct {
 	// connection of the writer pool, through a Pipe it hands fn
 	// (pipeline.go); BeginTx is then not used for them.
 	Pipeline func(ctx context.Context, conn *sql.Conn, fn func(Pipe) error) error
+	// RunsActiveStatement, with a pipeline, is the statement that checks
+	// runs (its one argument, a list of ids) are active and fails with an
+	// error IsRunEnded knows when one has ended (pipeQueries.AssertRunsActive).
+	RunsActiveStatement string
 }
 
 // DB is a store.Store. Writes go to write, reads to read; for SQLite those
@@ -443,6 +450,8 @@ func mapErr(d *Dialect, err error) error {
 		return store.ErrNotFound
 	case d.IsUniqueViolation(err):
 		return fmt.Errorf("%w: %v", store.ErrConflict, err)
+	case d.IsRunEnded != nil && d.IsRunEnded(err):
+		return fmt.Errorf("%w: %v", store.ErrRunEnded, err)
 	case errors.Is(err, sql.ErrConnDone), errors.Is(err, driver.ErrBadConn), d.IsUnavailable != nil && d.IsUnavailable(err):
 		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
