@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/agentplane/agentplane/internal/ids"
 	"github.com/agentplane/agentplane/internal/store"
+	"github.com/agentplane/agentplane/internal/store/sqlstore"
 	"github.com/agentplane/agentplane/internal/testdb"
 )
 
@@ -261,10 +263,14 @@ func TestPokeDeliversEventsWrittenElsewhere(t *testing.T) {
 
 // Events appended IfRunActive are dropped at commit once their run has
 // ended — here by another connection, as another replica would — and the
-// session's seqs stay gap-free.
+// session's seqs stay gap-free. On PostgreSQL the runs are asserted active
+// with the transaction's other statements instead of asked about first
+// (one round trip fewer); when one has ended, the transaction fails and
+// runs again, asking first. SQLite asks first every time.
 func TestIfRunActiveDropsOutputOfEndedRuns(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, dialect string) {
 		st := testdb.Open(t, dialect)
+		checks := countRunChecks(t, st)
 		l := New(st, Options{})
 		defer l.Stop()
 		ctx := context.Background()
@@ -281,6 +287,10 @@ func TestIfRunActiveDropsOutputOfEndedRuns(t *testing.T) {
 		if _, err := l.Append(ctx, delta(1), delta(2)); err != nil {
 			t.Fatal(err)
 		}
+		want := map[string][2]int{"sqlite": {0, 1}, "postgres": {1, 0}}[dialect]
+		if got := checks(); got != want {
+			t.Fatalf("while the run is active: %d assertions and %d reads of ended runs, want %v", got[0], got[1], want)
+		}
 		if _, err := st.RunTransition(ctx, &store.RunTransitionParams{RunID: r.RunID, From: store.RunActiveStatuses, Status: store.RunCancelled, At: 2}); err != nil {
 			t.Fatal(err)
 		}
@@ -288,12 +298,43 @@ func TestIfRunActiveDropsOutputOfEndedRuns(t *testing.T) {
 		if err != nil || len(got) != 1 || got[0].Type != "unconditional" {
 			t.Fatalf("append after the end: %v %v", got, err)
 		}
+		want = map[string][2]int{"sqlite": {0, 2}, "postgres": {2, 1}}[dialect] // the failed assertion, then asking
+		if got := checks(); got != want {
+			t.Fatalf("after the end: %d assertions and %d reads of ended runs, want %v", got[0], got[1], want)
+		}
 		evs, _ := st.EventsList(ctx, &store.EventsListParams{SessionID: sid})
 		if len(evs) != 3 {
 			t.Fatalf("%d events stored, want 3 (the late delta dropped)", len(evs))
 		}
 		assertConsecutive(t, evs, 1)
 	})
+}
+
+// countRunChecks counts the statements st runs that check runs are active:
+// assertions (agentplane_runs_active) and reads of which have ended.
+func countRunChecks(t *testing.T, st store.Store) func() [2]int {
+	t.Helper()
+	db, ok := st.(*sqlstore.DB)
+	if !ok {
+		t.Fatal("the store is not a *sqlstore.DB")
+	}
+	var mu sync.Mutex
+	var n [2]int
+	db.ObserveQueries(func(q string) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case strings.Contains(q, "agentplane_runs_active"):
+			n[0]++
+		case strings.Contains(q, "FROM runs WHERE run_id IN"):
+			n[1]++
+		}
+	})
+	return func() [2]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return n
+	}
 }
 
 // Write-behind appends wait for company and share one commit; any other op

@@ -15,7 +15,6 @@ import (
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/store"
-	"github.com/agentplane/agentplane/internal/store/postgres"
 	"github.com/agentplane/agentplane/internal/store/sqlstore"
 	"github.com/agentplane/agentplane/internal/testdb"
 )
@@ -113,15 +112,7 @@ func TestAgentEditReachesOtherReplica(t *testing.T) {
 	dsn := testdb.DSN(t, "postgres")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	open := func() store.Store {
-		st, err := postgres.Open(ctx, dsn, postgres.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
-	stA, stB := open(), open()
+	stA, stB := testdb.OpenDSN(t, dsn), testdb.OpenDSN(t, dsn)
 	logA := eventlog.New(stA, eventlog.Options{Origin: "a"})
 	defer logA.Stop()
 	logB := eventlog.New(stB, eventlog.Options{Origin: "b"})
