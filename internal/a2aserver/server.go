@@ -142,6 +142,10 @@ var errNoA2AAgent = respond.E(http.StatusNotFound, "agent_not_found", "no such A
 // servedAgent returns the agent at {agent_id} if it is served over A2A.
 func (s *Server) servedAgent(r *http.Request) (*store.Agent, error) {
 	ag, err := s.opts.Runs.Agent(r.Context(), r.PathValue("agent_id"))
+	if err == nil && !ag.A2A {
+		// Registered with a2a:true a moment ago, maybe, on another replica.
+		ag, err = s.opts.Runs.AgentFresh(r.Context(), r.PathValue("agent_id"))
+	}
 	if errors.Is(err, store.ErrNotFound) || (err == nil && !ag.A2A) {
 		return nil, errNoA2AAgent
 	}

@@ -56,6 +56,23 @@ func (c *Cache[V]) Get(ctx context.Context, key string, read func(ctx context.Co
 		}
 		return e.row, nil
 	}
+	return c.read(ctx, key, gen, now, read)
+}
+
+// Refresh reads key's row from read whatever the cache holds, and keeps
+// it as Get does: for a caller about to refuse something on the kept
+// row's word (an absent row, say), which a write elsewhere not heard of
+// yet may have changed.
+func (c *Cache[V]) Refresh(ctx context.Context, key string, read func(ctx context.Context, key string) (V, error)) (V, error) {
+	now := c.now()
+	c.mu.Lock()
+	gen := c.gen
+	c.mu.Unlock()
+	return c.read(ctx, key, gen, now, read)
+}
+
+// read reads key's row and keeps it, unless a Forget happened since gen.
+func (c *Cache[V]) read(ctx context.Context, key string, gen uint64, now time.Time, read func(ctx context.Context, key string) (V, error)) (V, error) {
 	row, err := read(ctx, key)
 	absent := errors.Is(err, store.ErrNotFound)
 	if err != nil && !absent {

@@ -81,6 +81,16 @@ func TestCache(t *testing.T) {
 		t.Fatal("a row read while a Forget happened was kept")
 	}
 
+	// Refresh reads whatever is kept, and keeps what it read.
+	tb.rows["a"] = 4
+	before = tb.reads
+	if v, err := c.Refresh(ctx, "a", tb.read); err != nil || v != 4 {
+		t.Fatalf("refresh: %v, %v", v, err)
+	}
+	if v, _ := c.Get(ctx, "a", tb.read); v != 4 || tb.reads != before+1 {
+		t.Fatalf("after a refresh: %d in %d reads, want 4 in 1", v, tb.reads-before)
+	}
+
 	// A read that fails otherwise is neither kept nor turned into absence.
 	failing := func(context.Context, string) (int, error) { return 0, errors.New("connection reset") }
 	if _, err := c.Get(ctx, "c", failing); err == nil || errors.Is(err, store.ErrNotFound) {

@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -22,8 +23,21 @@ const agentRowTTL = 2 * time.Second
 // — and an A2A call, a call_<agent> tool — reads it each time, and the
 // statement, a round trip on PostgreSQL, was a fifth of a run's start.
 // An absent agent wraps store.ErrNotFound.
+//
+// An absent agent is not taken from the cache: an agent registered on
+// another replica a moment ago, whose word has not arrived yet, is read.
 func (m *Manager) Agent(ctx context.Context, agentID string) (*store.Agent, error) {
-	return m.agents.Get(ctx, agentID, m.st.AgentGet)
+	ag, err := m.agents.Get(ctx, agentID, m.st.AgentGet)
+	if errors.Is(err, store.ErrNotFound) {
+		return m.AgentFresh(ctx, agentID)
+	}
+	return ag, err
+}
+
+// AgentFresh reads an agent's row from the store (and keeps it): for a
+// caller about to refuse a request on the kept row's word.
+func (m *Manager) AgentFresh(ctx context.Context, agentID string) (*store.Agent, error) {
+	return m.agents.Refresh(ctx, agentID, m.st.AgentGet)
 }
 
 // WriteAgents runs fn, which registers, changes or deletes agents, in one

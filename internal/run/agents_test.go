@@ -101,6 +101,19 @@ func TestAgentRowsKeptUntilWritten(t *testing.T) {
 		if _, err := m.Agent(ctx, "a"); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("the deleted agent's row: %v", err)
 		}
+
+		// Absence is not taken from the cache: an agent registered a
+		// moment ago elsewhere — here straight into the store, as another
+		// replica whose word has not arrived — is found.
+		if _, err := st.AgentUpsert(ctx, &store.AgentUpsertParams{AgentID: "a", Name: "a", Endpoint: second.URL,
+			Capabilities: json.RawMessage(`[]`), LinkedAgents: json.RawMessage(`[]`), At: time.Now().UnixMilli()}); err != nil {
+			t.Fatal(err)
+		}
+		if s, err := start(); err != nil {
+			t.Fatalf("a run of the agent registered elsewhere: %v", err)
+		} else {
+			waitEnded(t, st, s.Run.RunID)
+		}
 	})
 }
 
