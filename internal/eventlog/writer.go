@@ -226,7 +226,11 @@ func (w *writer) tryAsking(ops []*op, results [][]store.Event, ask bool) (assert
 	ctx := context.Background()
 	var outs []appended
 	err = w.st.InTx(ctx, func(tx store.Queries) (err error) {
-		outs, asserted, err = w.runOps(ctx, tx, ops, results, ask)
+		var ended map[string]bool
+		if ended, asserted, err = checkRuns(ctx, tx, ops, ask); err != nil {
+			return err
+		}
+		outs, err = w.runOps(ctx, tx, ops, results, ended)
 		return err
 	})
 	if err != nil {
@@ -281,8 +285,8 @@ func failChain(o *op, err error) {
 // the log keeps submission order. Last, other processes are told which
 // sessions moved (delivered only if this transaction commits), with the
 // last appends (one statement on PostgreSQL where it can).
-func (w *writer) runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event, ask bool) ([]appended, bool, error) {
-	return runOps(ctx, tx, batch, results, ask, func(pending []store.EventParams, earlier []appended) ([]store.Event, error) {
+func (w *writer) runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event, ended map[string]bool) ([]appended, error) {
+	return runOps(ctx, tx, batch, results, ended, func(pending []store.EventParams, earlier []appended) ([]store.Event, error) {
 		var sessions []string
 		seen := map[string]bool{}
 		add := func(s string) {
@@ -308,24 +312,12 @@ func (w *writer) runOps(ctx context.Context, tx store.Queries, batch []*op, resu
 	})
 }
 
-// runOps runs the batch's ops; last appends what is pending at the end
-// (possibly nothing) and ends the transaction's work. It returns the
-// appends, whose events go to results once the transaction has committed
-// (their seqs may be filled in by the commit: store.Queries.EventsAppend),
-// and whether the batch's runs were asserted active rather than asked
-// about (ask false and a store that can: try).
-func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event, ask bool, last func(pending []store.EventParams, earlier []appended) ([]store.Event, error)) ([]appended, bool, error) {
-	var ended map[string]bool
-	asserted, err := false, error(nil)
-	if !ask {
-		asserted, err = assertActive(ctx, tx, batch)
-	}
-	if err == nil && !asserted {
-		ended, err = endedRuns(ctx, tx, batch)
-	}
-	if err != nil {
-		return nil, asserted, err
-	}
+// runOps runs the batch's ops, dropping the IfRunActive events of the
+// ended runs; last appends what is pending at the end (possibly nothing)
+// and ends the transaction's work. It returns the appends, whose events go
+// to results once the transaction has committed (their seqs may be filled
+// in by the commit: store.Queries.EventsAppend).
+func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event, ended map[string]bool, last func(pending []store.EventParams, earlier []appended) ([]store.Event, error)) ([]appended, error) {
 	var a appends
 	flush := func() error { return a.flush(ctx, tx) }
 	_, parallel := tx.(store.Parallel)
@@ -333,11 +325,11 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 		if n := alongside(batch[i:]); parallel && n > 0 {
 			// A state change flushes the pending appends first, as below.
 			if err := flush(); err != nil {
-				return nil, asserted, err
+				return nil, err
 			}
 			got, err := runAlongside(ctx, tx, batch, i, i+n, results, ended)
 			if err != nil {
-				return nil, asserted, err
+				return nil, err
 			}
 			a.outs = append(a.outs, got...)
 			i += n
@@ -346,17 +338,17 @@ func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]stor
 		results[i] = nil
 		evs, err := runOp(ctx, tx, batch[i], ended, flush)
 		if err != nil {
-			return nil, asserted, err
+			return nil, err
 		}
 		a.add(i, evs)
 		i++
 	}
 	out, err := last(a.pending, a.outs)
 	if err != nil {
-		return nil, asserted, err
+		return nil, err
 	}
 	a.take(out)
-	return a.outs, asserted, nil
+	return a.outs, nil
 }
 
 // appends gathers a transaction's events still to append, with the index
@@ -520,6 +512,20 @@ func (w *writer) finish(batch []*op, results [][]store.Event, errs []error) {
 	if len(all) > 0 {
 		w.publish(all)
 	}
+}
+
+// checkRuns finds which runs with IfRunActive events in batch have ended
+// (ask, or a store that cannot assert), or has the store assert them
+// active (asserted: the ended map is then empty, and the transaction fails
+// if one has ended).
+func checkRuns(ctx context.Context, tx store.Queries, batch []*op, ask bool) (ended map[string]bool, asserted bool, err error) {
+	if !ask {
+		if asserted, err = assertActive(ctx, tx, batch); asserted || err != nil {
+			return nil, asserted, err
+		}
+	}
+	ended, err = endedRuns(ctx, tx, batch)
+	return ended, false, err
 }
 
 // assertActive has the store check, without waiting for the answer, that
