@@ -207,10 +207,11 @@ func (w *writer) commit(batch []*op) {
 // Where the store can (store.RunsActiveAsserter: PostgreSQL), the check
 // that the runs whose output the ops append are still active is sent
 // with the statements after it instead of waited for — one round trip
-// fewer per transaction. When that transaction fails, a run had ended or
-// something else went wrong, which the check failing may have caused (an
-// op that carries on after a failed statement); the ops run once more,
-// asking first, as everywhere else.
+// fewer per transaction; an op's TxFunc may likewise assume what it would
+// otherwise read first (Assume). When that transaction fails, a run had
+// ended, an assumption was wrong or something else went wrong, which a
+// failed check may have caused (an op that carries on after a failed
+// statement); the ops run once more, asking first, as everywhere else.
 func (w *writer) try(ops []*op, results [][]store.Event) error {
 	asserted, err := w.tryAsking(ops, results, false)
 	if err != nil && asserted {
@@ -220,19 +221,23 @@ func (w *writer) try(ops []*op, results [][]store.Event) error {
 }
 
 // tryAsking is try's transaction: ask, which runs have ended is read
-// before the ops run, else asserted where the store can (asserted true).
+// before the ops run and the ops may assume nothing; else the runs are
+// asserted active where the store can, and the ops may assume (asserted
+// true if either was done).
 func (w *writer) tryAsking(ops []*op, results [][]store.Event, ask bool) (asserted bool, err error) {
 	// Cancellation of the submitter must not abort a shared transaction.
 	ctx := context.Background()
+	assumed := &assumption{allowed: !ask}
 	var outs []appended
 	err = w.st.InTx(ctx, func(tx store.Queries) (err error) {
 		var ended map[string]bool
 		if ended, asserted, err = checkRuns(ctx, tx, ops, ask); err != nil {
 			return err
 		}
-		outs, err = w.runOps(ctx, tx, ops, results, ended)
+		outs, err = w.runOps(context.WithValue(ctx, assumeKey{}, assumed), tx, ops, results, ended)
 		return err
 	})
+	asserted = asserted || assumed.made.Load()
 	if err != nil {
 		clear(results)
 		return asserted, err
@@ -244,6 +249,29 @@ func (w *writer) tryAsking(ops []*op, results [][]store.Event, ask bool) (assert
 		}
 	}
 	return asserted, nil
+}
+
+// assumption is what a transaction's TxFuncs may do and did (Assume).
+type assumption struct {
+	allowed bool
+	made    atomic.Bool // set by ops that may run at the same time (DoAlongside)
+}
+
+type assumeKey struct{}
+
+// Assume reports whether a TxFunc, running in ctx, may send a statement
+// that fails the transaction when what it assumes is wrong, instead of
+// reading first whether it is (store.RunQuietEnder): true the first time
+// the transaction runs. If it fails, the log runs it again with Assume false,
+// so the TxFunc reads first. Ask only when about to make the assumption:
+// a true answer marks the transaction as having made one.
+func Assume(ctx context.Context) bool {
+	a, _ := ctx.Value(assumeKey{}).(*assumption)
+	if a == nil || !a.allowed {
+		return false
+	}
+	a.made.Store(true)
+	return true
 }
 
 // appended is one append of a transaction: its events and, for each, the

@@ -45,6 +45,10 @@ type End struct {
 	// remote is the remote A2A task the run recorded last, kept in memory
 	// once the end commits (remoteRefs).
 	remote *remoteRef
+	// quiet: the run is expected to have no child, no tool call and no
+	// LLM call (a remote A2A agent's), so its end is sent without reading
+	// that first where the store can (store.RunQuietEnder).
+	quiet bool
 }
 
 // code is the error code of e ("" for DONE).
@@ -83,6 +87,16 @@ func (m *Manager) EndTx(ctx context.Context, tx store.Queries, run *store.Run, a
 			return nil, nil, err
 		}
 	}
+	if ended, ok, err := m.endQuiet(ctx, tx, run, at, &end); ok || err != nil {
+		if err != nil {
+			return nil, nil, err
+		}
+		own, err := m.endEvents(ctx, tx, ended, at, &end, true, &store.RunOutlook{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return own, []*store.Run{ended}, nil
+	}
 	// With the transition, what else the end has to visit, in one read
 	// (sent with it on PostgreSQL): most runs have no child, no tool call
 	// left open and no LLM call, and skip those reads.
@@ -106,6 +120,44 @@ func (m *Manager) EndTx(ctx context.Context, tx store.Queries, run *store.Run, a
 		return nil, nil, err
 	}
 	return append(evs, own...), append(all, ended), nil
+}
+
+// endQuiet ends a run expected to be quiet (end.quiet) without reading
+// anything first, where the store can and the log lets it assume
+// (eventlog.Assume): the transaction fails if the run was not active or
+// not quiet, and runs again reading first. It returns the run as ended
+// (ok), built from run, which the end does not read back.
+func (m *Manager) endQuiet(ctx context.Context, tx store.Queries, run *store.Run, at int64, end *End) (*store.Run, bool, error) {
+	// A call_<agent> child settles its caller's tool call (OnChildEnd),
+	// which reads: not for this path.
+	if !end.quiet || run.ToolCallID != "" {
+		return nil, false, nil
+	}
+	q, ok := tx.(store.RunQuietEnder)
+	if !ok || !eventlog.Assume(ctx) {
+		return nil, false, nil
+	}
+	p := &store.RunTransitionParams{RunID: run.RunID, From: store.RunActiveStatuses, Status: end.Status, At: at, Error: end.Error, Usage: end.Usage,
+		Question: end.Question, QuestionDetail: end.Detail}
+	if err := q.RunEndQuiet(ctx, p, run.SessionID); err != nil {
+		return nil, false, err
+	}
+	// What the UPDATE leaves in the row (COALESCE keeps what it had).
+	ended := *run
+	ended.Status, ended.EndedAt = end.Status, at
+	if len(end.Error) > 0 {
+		ended.Error = end.Error
+	}
+	if len(end.Usage) > 0 {
+		ended.Usage = end.Usage
+	}
+	if end.Question != "" {
+		ended.Question = end.Question
+	}
+	if len(end.Detail) > 0 {
+		ended.QuestionDetail = end.Detail
+	}
+	return &ended, true, nil
 }
 
 // endDescendants ends run's still-active descendants, deepest first.

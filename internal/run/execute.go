@@ -304,6 +304,9 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 			"input_required", "could not record the agent's question"
 	}
 	end.remote = remote
+	// A remote A2A agent holds no run token: it makes no LLM call, tool
+	// call or child run through the platform, as a rule (DESIGN §12).
+	end.quiet = ag.Protocol == store.ProtocolA2A
 	if end.Status == store.RunDone {
 		log.Debug("run done", "deltas", deltas, "ms", time.Since(began).Milliseconds())
 	}

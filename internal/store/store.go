@@ -31,6 +31,9 @@ var (
 	// ErrRunEnded is a transaction's failure when a run it asserted
 	// active had ended (RunsActiveAsserter).
 	ErrRunEnded = errors.New("a run has ended")
+	// ErrRunNotQuiet is a transaction's failure when a run it ended as
+	// quiet was not active, or not quiet (RunQuietEnder).
+	ErrRunNotQuiet = errors.New("the run was not active or not quiet")
 )
 
 // Store is a database: Queries run in their own implicit transaction, InTx
@@ -65,6 +68,19 @@ type Parallel interface {
 // round trip fewer than asking first, and asks first when it fails.
 type RunsActiveAsserter interface {
 	AssertRunsActive(ctx context.Context, runIDs []string) error
+}
+
+// RunQuietEnder is offered by Queries that can end a run without waiting
+// for anything (PostgreSQL's pipelined transactions), for a run expected
+// to be quiet: no child run, no tool call left open, no LLM call
+// (RunOutlook all false). RunEndQuiet is RunTransition to a terminal
+// status, sent with the statements after it; if the run was not in
+// p.From, or was not quiet, the transaction fails with ErrRunNotQuiet —
+// from a later statement or the commit. The run's end sends its events
+// and COMMIT with it, one round trip where reading the outlook first
+// takes two, and reads first when it fails.
+type RunQuietEnder interface {
+	RunEndQuiet(ctx context.Context, p *RunTransitionParams, sessionID string) error
 }
 
 // RunParallel runs fns in tx: at the same time where tx offers Parallel,

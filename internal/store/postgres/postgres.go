@@ -37,6 +37,12 @@ var dialect = &sqlstore.Dialect{
 		return errors.As(err, &pe) && pe.Code == "AP001"
 	},
 	RunsActiveStatement: `SELECT agentplane_runs_active(?)`,
+	// agentplane_run_end_quiet (migration 0048) raises AP002.
+	RunEndQuietStatement: `SELECT agentplane_run_end_quiet(?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	IsRunNotQuiet: func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && pe.Code == "AP002"
+	},
 	IsNotNullViolation: func(err error) bool {
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "23502"

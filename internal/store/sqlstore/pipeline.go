@@ -114,6 +114,25 @@ func (q pipeQueries) AssertRunsActive(ctx context.Context, runIDs []string) erro
 	return q.execLater(ctx, q.d.RunsActiveStatement, runIDs)
 }
 
+// RunEndQuiet queues the end of a run expected to be quiet
+// (store.RunQuietEnder): the dialect's RunEndQuietStatement, whose failure
+// fails the transaction at the next statement waited for or the commit.
+// Only where the dialect has such a statement.
+func (q pipeQueries) RunEndQuiet(ctx context.Context, p *store.RunTransitionParams, sessionID string) error {
+	if q.d.RunEndQuietStatement == "" {
+		return errors.New("sqlstore: this dialect cannot end a run without reading")
+	}
+	if len(p.From) == 0 || !store.RunIsTerminal(p.Status) {
+		return fmt.Errorf("quiet end of run %s: to %q from %v", p.RunID, p.Status, p.From)
+	}
+	var question any
+	if p.Question != "" {
+		question = p.Question
+	}
+	return q.execLater(ctx, q.d.RunEndQuietStatement, p.RunID, sessionID, p.Status, p.At, jsonArg(p.Error, ""), jsonArg(p.Usage, ""),
+		question, jsonArg(p.QuestionDetail, ""), p.From)
+}
+
 // pipeResult is a Pipe's Exec result as a sql.Result.
 type pipeResult int64
 

@@ -52,6 +52,13 @@ type Dialect struct {
 	// runs (its one argument, a list of ids) are active and fails with an
 	// error IsRunEnded knows when one has ended (pipeQueries.AssertRunsActive).
 	RunsActiveStatement string
+	// RunEndQuietStatement, with a pipeline, ends a run expected to be
+	// quiet (pipeQueries.RunEndQuiet): its arguments are the run, its
+	// session, the status, ended_at, error, usage, question,
+	// question_detail and the statuses it may end from; it fails with an
+	// error IsRunNotQuiet knows when the run was not active or not quiet.
+	RunEndQuietStatement string
+	IsRunNotQuiet        func(error) bool
 }
 
 // DB is a store.Store. Writes go to write, reads to read; for SQLite those
@@ -452,6 +459,8 @@ func mapErr(d *Dialect, err error) error {
 		return fmt.Errorf("%w: %v", store.ErrConflict, err)
 	case d.IsRunEnded != nil && d.IsRunEnded(err):
 		return fmt.Errorf("%w: %v", store.ErrRunEnded, err)
+	case d.IsRunNotQuiet != nil && d.IsRunNotQuiet(err):
+		return fmt.Errorf("%w: %v", store.ErrRunNotQuiet, err)
 	case errors.Is(err, sql.ErrConnDone), errors.Is(err, driver.ErrBadConn), d.IsUnavailable != nil && d.IsUnavailable(err):
 		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
