@@ -165,7 +165,7 @@ func (h *handler) SubscribeToTask(ctx context.Context, req *a2a.SubscribeToTaskR
 				yield(nil, h.s.rpcError(ctx, err))
 				return
 			}
-			f = h.s.follow(t, sess.LastSeq, false, h.s.hold(ctx, t.sessionID()))
+			f = h.s.follow(t, sess.LastSeq, false, h.s.hold(ctx, c, t.sessionID()))
 			defer f.close()
 		}
 		snap, err := h.s.snapshot(ctx, t)
@@ -265,7 +265,7 @@ func (s *Server) begin(ctx context.Context, c *call, req *a2a.SendMessageRequest
 	if err != nil {
 		return nil, nil, err
 	}
-	release := s.hold(ctx, last.SessionID)
+	release := s.hold(ctx, c, last.SessionID)
 	for _, a := range answers {
 		if err := s.answer(ctx, c, a); err != nil {
 			release()
@@ -281,7 +281,7 @@ func (s *Server) start(ctx context.Context, c *call, p run.StartParams) (*task, 
 	// The hold is recorded while the run's start commits, and before the
 	// run invokes its agent (whose client tools may be asked of another
 	// process): not one after the other on the request's path.
-	recorded, release := s.holdAsync(p.SessionID)
+	recorded, release := s.holdAsync(c, p.SessionID)
 	p.BeforeInvoke = recorded
 	// Subscribed before the run's first events commit, the follower gets
 	// them, and the rest, as they commit, without reading them back.
@@ -314,16 +314,19 @@ func (s *Server) start(ctx context.Context, c *call, p run.StartParams) (*task, 
 
 // hold counts the request as a client of sessionID (Options.Hold), once
 // other processes can see it.
-func (s *Server) hold(ctx context.Context, sessionID string) func() {
-	recorded, release := s.holdAsync(sessionID)
+func (s *Server) hold(ctx context.Context, c *call, sessionID string) func() {
+	recorded, release := s.holdAsync(c, sessionID)
 	recorded(ctx)
 	return release
 }
 
 // holdAsync counts the request as a client of sessionID from now on;
-// recorded waits until other processes can see it.
-func (s *Server) holdAsync(sessionID string) (recorded func(context.Context), release func()) {
-	if s.opts.Hold == nil {
+// recorded waits until other processes can see it. Not for a remote A2A
+// agent served on: its runs ask for no client tool (it holds no run token
+// to call tools with), so there is nothing to hold the session for — and
+// the hold is two writes to the store per request (presence on, off).
+func (s *Server) holdAsync(c *call, sessionID string) (recorded func(context.Context), release func()) {
+	if s.opts.Hold == nil || c.agent.Protocol == store.ProtocolA2A {
 		return func(context.Context) {}, func() {}
 	}
 	return s.opts.Hold(sessionID)
