@@ -349,8 +349,10 @@ func (m *Manager) endEvents(ctx context.Context, tx store.Queries, run *store.Ru
 	return evs, nil
 }
 
-// countEnded records ended runs in the metrics once their end committed.
+// countEnded records ended runs in the metrics, and as seen (seen.go),
+// once their end committed.
 func (m *Manager) countEnded(runs []*store.Run) {
+	m.seen.ended(runs)
 	for _, r := range runs {
 		var e End
 		e.Error = r.Error

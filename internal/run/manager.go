@@ -130,6 +130,8 @@ type Manager struct {
 	transcripts *transcriptCache // transcriptcache.go
 
 	agents rowcache.Cache[*store.Agent] // agents.go
+
+	seen seenSessions // seen.go
 }
 
 type activeRun struct {

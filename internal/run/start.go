@@ -142,7 +142,15 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		// With the session, the newest run the start reads first (sent
 		// with it on PostgreSQL), valid once the session's row is locked.
 		first := firstLatest(ag, sessionID, p)
-		sess, purging, prefetched, err := tx.SessionGetForRunLatest(ctx, sessionID, first)
+		// Or, in a session this process saw last, checked without waiting.
+		sess, prefetched, assumed, err := m.seen.assume(ctx, tx, sessionID, p.UserID, first)
+		if err != nil {
+			return nil, err
+		}
+		var purging bool
+		if !assumed {
+			sess, purging, prefetched, err = tx.SessionGetForRunLatest(ctx, sessionID, first)
+		}
 		if err != nil {
 			first = nil // no session row yet: nothing was read for it
 		}
@@ -216,6 +224,7 @@ func (m *Manager) StartRun(ctx context.Context, p StartParams) (*Started, error)
 		tracing.End(span, err)
 		return nil, err
 	}
+	m.seen.started(p.UserID, run)
 	if position > 0 {
 		// Admission starts the run's span proper, as this one's child.
 		span.SetAttributes(tracing.Outcome.String("queued"))

@@ -34,6 +34,9 @@ var (
 	// ErrRunNotQuiet is a transaction's failure when a run it ended as
 	// quiet was not active, or not quiet (RunQuietEnder).
 	ErrRunNotQuiet = errors.New("the run was not active or not quiet")
+	// ErrSessionMoved is a transaction's failure when a session it assumed
+	// as last seen had changed (SessionAssumer).
+	ErrSessionMoved = errors.New("the session is not as it was seen")
 )
 
 // Store is a database: Queries run in their own implicit transaction, InTx
@@ -81,6 +84,20 @@ type RunsActiveAsserter interface {
 // takes two, and reads first when it fails.
 type RunQuietEnder interface {
 	RunEndQuiet(ctx context.Context, p *RunTransitionParams, sessionID string) error
+}
+
+// SessionAssumer is offered by Queries that can check a session is as a
+// process last saw it without waiting for the answer (PostgreSQL's
+// pipelined transactions). AssumeSessionForRun stands in for
+// SessionGetForRunLatest(sessionID, latest) where the caller knows what it
+// would return: it takes the same lock on the session's row, and fails the
+// transaction with ErrSessionMoved — from a later statement or the commit
+// — unless the session exists, is userID's, is not being purged, and its
+// newest run matching latest is runID with status. A run's start so sends
+// its INSERT, events and COMMIT with it: one round trip where reading
+// first takes two; it reads first when it fails.
+type SessionAssumer interface {
+	AssumeSessionForRun(ctx context.Context, sessionID, userID string, latest *RunLatestParams, runID, status string) error
 }
 
 // RunParallel runs fns in tx: at the same time where tx offers Parallel,

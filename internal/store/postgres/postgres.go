@@ -43,6 +43,12 @@ var dialect = &sqlstore.Dialect{
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "AP002"
 	},
+	// agentplane_session_as_seen (migration 0049) raises AP003.
+	SessionAsSeenStatement: `SELECT agentplane_session_as_seen(?, ?, ?, ?, ?, ?)`,
+	IsSessionMoved: func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && pe.Code == "AP003"
+	},
 	IsNotNullViolation: func(err error) bool {
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "23502"

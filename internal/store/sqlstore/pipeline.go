@@ -133,6 +133,21 @@ func (q pipeQueries) RunEndQuiet(ctx context.Context, p *store.RunTransitionPara
 		question, jsonArg(p.QuestionDetail, ""), p.From)
 }
 
+// AssumeSessionForRun queues the check that a session is as last seen
+// (store.SessionAssumer): the dialect's SessionAsSeenStatement, whose
+// failure fails the transaction at the next statement waited for or the
+// commit. Only where the dialect has such a statement, and for the newest
+// run of a session by root-ness and agent (no intention).
+func (q pipeQueries) AssumeSessionForRun(ctx context.Context, sessionID, userID string, latest *store.RunLatestParams, runID, status string) error {
+	if q.d.SessionAsSeenStatement == "" {
+		return errors.New("sqlstore: this dialect cannot assume a session")
+	}
+	if latest == nil || latest.SessionID != sessionID || latest.IntentionID != "" {
+		return fmt.Errorf("assume session %s: newest run by %+v", sessionID, latest)
+	}
+	return q.execLater(ctx, q.d.SessionAsSeenStatement, sessionID, userID, latest.RootOnly, latest.AgentID, runID, status)
+}
+
 // pipeResult is a Pipe's Exec result as a sql.Result.
 type pipeResult int64
 

@@ -59,6 +59,13 @@ type Dialect struct {
 	// error IsRunNotQuiet knows when the run was not active or not quiet.
 	RunEndQuietStatement string
 	IsRunNotQuiet        func(error) bool
+	// SessionAsSeenStatement, with a pipeline, checks a session is as a
+	// process last saw it (pipeQueries.AssumeSessionForRun): its arguments
+	// are the session, its user, whether the newest run is a root's, the
+	// agent it is of ("" any), and its id and status; it fails with an
+	// error IsSessionMoved knows when the session is not as seen.
+	SessionAsSeenStatement string
+	IsSessionMoved         func(error) bool
 }
 
 // DB is a store.Store. Writes go to write, reads to read; for SQLite those
@@ -461,6 +468,8 @@ func mapErr(d *Dialect, err error) error {
 		return fmt.Errorf("%w: %v", store.ErrRunEnded, err)
 	case d.IsRunNotQuiet != nil && d.IsRunNotQuiet(err):
 		return fmt.Errorf("%w: %v", store.ErrRunNotQuiet, err)
+	case d.IsSessionMoved != nil && d.IsSessionMoved(err):
+		return fmt.Errorf("%w: %v", store.ErrSessionMoved, err)
 	case errors.Is(err, sql.ErrConnDone), errors.Is(err, driver.ErrBadConn), d.IsUnavailable != nil && d.IsUnavailable(err):
 		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
