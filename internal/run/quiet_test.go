@@ -15,6 +15,35 @@ import (
 	"github.com/agentplane/agentplane/internal/testdb"
 )
 
+// countStatements counts the statements st sends that contain each of
+// substrs (the first that matches), from now on; each call of the returned
+// function returns the counts since the last and starts again.
+func countStatements(t *testing.T, st store.Store, substrs ...string) func() [2]int {
+	t.Helper()
+	if len(substrs) != 2 {
+		t.Fatal("countStatements counts two kinds of statement")
+	}
+	var mu sync.Mutex
+	var n [2]int
+	st.(*sqlstore.DB).ObserveQueries(func(q string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for i, sub := range substrs {
+			if strings.Contains(q, sub) {
+				n[i]++
+				return
+			}
+		}
+	})
+	return func() [2]int {
+		mu.Lock()
+		defer mu.Unlock()
+		got := n
+		n = [2]int{}
+		return got
+	}
+}
+
 // A run ended as quiet (a remote A2A agent's) is ended without reading its
 // outlook first on PostgreSQL; when it was not quiet after all — an LLM
 // call, a child — or had ended already, the transaction runs again reading
@@ -24,25 +53,7 @@ func TestQuietEndFallsBackToReading(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, dialect string) {
 		st := testdb.Open(t, dialect)
 		ctx := context.Background()
-		var mu sync.Mutex
-		var quiet, outlooks int
-		st.(*sqlstore.DB).ObserveQueries(func(q string) {
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case strings.Contains(q, "agentplane_run_end_quiet"):
-				quiet++
-			case strings.Contains(q, "EXISTS (SELECT 1 FROM runs WHERE parent_run_id"):
-				outlooks++
-			}
-		})
-		counts := func() [2]int {
-			mu.Lock()
-			defer mu.Unlock()
-			n := [2]int{quiet, outlooks}
-			quiet, outlooks = 0, 0
-			return n
-		}
+		counts := countStatements(t, st, "agentplane_run_end_quiet", "EXISTS (SELECT 1 FROM runs WHERE parent_run_id")
 		log := eventlog.New(st, eventlog.Options{})
 		defer log.Stop()
 		m := New(log, Options{InstanceID: "t", HeartbeatInterval: time.Hour})

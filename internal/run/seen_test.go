@@ -3,14 +3,12 @@ package run
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/store"
-	"github.com/agentplane/agentplane/internal/store/sqlstore"
 	"github.com/agentplane/agentplane/internal/testdb"
 )
 
@@ -24,29 +22,15 @@ func TestStartAssumesSessionAsSeen(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, dialect string) {
 		h := newTreeHarness(t, dialect, Options{})
 		h.agent("w", nil, "", weather)
-		var mu sync.Mutex
-		var assumed, read int
-		h.st.(*sqlstore.DB).ObserveQueries(func(q string) {
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case strings.Contains(q, "agentplane_session_as_seen"):
-				assumed++
-			case strings.Contains(q, "FROM session_purges p WHERE p.session_id = s.session_id"):
-				read++
-			}
-		})
+		counts := countStatements(t, h.st, "agentplane_session_as_seen", "FROM session_purges p WHERE p.session_id = s.session_id")
 		want := func(step string, wantAssumed, wantRead int) {
 			t.Helper()
 			if dialect != "postgres" {
 				wantAssumed, wantRead = 0, 1
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			if assumed != wantAssumed || read != wantRead {
-				t.Fatalf("%s: %d assumed, %d read; want %d, %d", step, assumed, read, wantAssumed, wantRead)
+			if got := counts(); got != [2]int{wantAssumed, wantRead} {
+				t.Fatalf("%s: %d assumed, %d read; want %d, %d", step, got[0], got[1], wantAssumed, wantRead)
 			}
-			assumed, read = 0, 0
 		}
 		// seen waits until this process has seen runID end (its end
 		// commits before the manager hears of it).

@@ -25,6 +25,22 @@ func newSession(t testing.TB, s store.Store) string {
 	return id
 }
 
+// messageKept reports whether sessionID's transcript holds messageID: what
+// a transaction wrote, kept only if it committed.
+func messageKept(t testing.TB, s store.Store, sessionID, messageID string) bool {
+	t.Helper()
+	msgs, err := s.MessagesList(context.Background(), &store.MessagesListParams{SessionID: sessionID, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		if m.MessageID == messageID {
+			return true
+		}
+	}
+	return false
+}
+
 func TestSessions(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, dialect string) {
 		s := testdb.Open(t, dialect)

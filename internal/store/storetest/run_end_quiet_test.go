@@ -36,16 +36,7 @@ func TestRunEndQuiet(t *testing.T) {
 	}
 	kept := func(sid, msgID string) bool {
 		t.Helper()
-		msgs, err := s.MessagesList(ctx, &store.MessagesListParams{SessionID: sid, Limit: 100})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range msgs {
-			if m.MessageID == msgID {
-				return true
-			}
-		}
-		return false
+		return messageKept(t, s, sid, msgID)
 	}
 	status := func(rid string) string {
 		t.Helper()

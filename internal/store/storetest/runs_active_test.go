@@ -45,16 +45,8 @@ func TestAssertRunsActive(t *testing.T) {
 		})
 	}
 	kept := func(msgID string) bool {
-		msgs, err := s.MessagesList(ctx, &store.MessagesListParams{SessionID: active.SessionID, Limit: 100})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range msgs {
-			if m.MessageID == msgID {
-				return true
-			}
-		}
-		return false
+		t.Helper()
+		return messageKept(t, s, active.SessionID, msgID)
 	}
 	if id, err := assertThenWrite(active.RunID); err != nil || !kept(id) {
 		t.Fatalf("asserting an active run: %v (message kept: %v)", err, kept(id))

@@ -34,15 +34,7 @@ func TestAssumeSessionForRun(t *testing.T) {
 			_, err := tx.MessageAppend(ctx, &store.MessageAppendParams{MessageID: msgID, SessionID: sid, Role: "user", Content: "x", CreatedAt: 3})
 			return err
 		})
-		msgs, lerr := s.MessagesList(ctx, &store.MessagesListParams{SessionID: sid, Limit: 1000})
-		if lerr != nil {
-			t.Fatal(lerr)
-		}
-		kept := false
-		for _, m := range msgs {
-			kept = kept || m.MessageID == msgID
-		}
-		if kept != (err == nil) {
+		if kept := messageKept(t, s, sid, msgID); kept != (err == nil) {
 			t.Fatalf("transaction %v, its message kept: %v", err, kept)
 		}
 		return err
