@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 
+	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/store/migrate"
 	"github.com/agentplane/agentplane/internal/store/sqlstore"
 )
@@ -25,41 +26,47 @@ import (
 var migrations embed.FS
 
 var dialect = &sqlstore.Dialect{
-	Name:     "postgres",
-	Numbered: true,
-	IsUniqueViolation: func(err error) bool {
-		var pe *pgconn.PgError
-		return errors.As(err, &pe) && pe.Code == "23505"
-	},
-	// agentplane_runs_active (migration 0047) raises AP001.
-	IsRunEnded: func(err error) bool {
-		var pe *pgconn.PgError
-		return errors.As(err, &pe) && pe.Code == "AP001"
-	},
-	RunsActiveStatement: `SELECT agentplane_runs_active(?)`,
-	// agentplane_run_end_quiet (migration 0048) raises AP002.
-	RunEndQuietStatement: `SELECT agentplane_run_end_quiet(?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-	IsRunNotQuiet: func(err error) bool {
-		var pe *pgconn.PgError
-		return errors.As(err, &pe) && pe.Code == "AP002"
-	},
-	// agentplane_session_as_seen (migration 0049) raises AP003.
+	Name:                   "postgres",
+	Numbered:               true,
+	IsUniqueViolation:      hasCode("23505"),
+	RunsActiveStatement:    `SELECT agentplane_runs_active(?)`,
+	RunEndQuietStatement:   `SELECT agentplane_run_end_quiet(?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 	SessionAsSeenStatement: `SELECT agentplane_session_as_seen(?, ?, ?, ?, ?, ?)`,
-	IsSessionMoved: func(err error) bool {
-		var pe *pgconn.PgError
-		return errors.As(err, &pe) && pe.Code == "AP003"
-	},
-	IsNotNullViolation: func(err error) bool {
-		var pe *pgconn.PgError
-		return errors.As(err, &pe) && pe.Code == "23502"
-	},
-	IsUnavailable: isUnavailable,
+	FailedCheck:            failedCheck,
+	IsNotNullViolation:     hasCode("23502"),
+	IsUnavailable:          isUnavailable,
 	BeginTx: func(ctx context.Context, db *sql.DB) (*sql.Tx, error) {
 		return db.BeginTx(ctx, nil)
 	},
 	// text refuses NUL bytes and invalid UTF-8 (issue 8).
 	EscapeText: true,
 	Pipeline:   pipeline,
+}
+
+// hasCode reports an error of the server with SQLSTATE code.
+func hasCode(code string) func(error) bool {
+	return func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && pe.Code == code
+	}
+}
+
+// checkFailures are the SQLSTATEs the check functions raise: migrations
+// 0047 (agentplane_runs_active), 0048 (agentplane_run_end_quiet) and 0049
+// (agentplane_session_as_seen).
+var checkFailures = map[string]error{
+	"AP001": store.ErrRunEnded,
+	"AP002": store.ErrRunNotQuiet,
+	"AP003": store.ErrSessionMoved,
+}
+
+// failedCheck is the store error of a check function's failure, or nil.
+func failedCheck(err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return nil
+	}
+	return checkFailures[pe.Code]
 }
 
 // isUnavailable: the server could not be reached, dropped the connection,

@@ -25,9 +25,12 @@ type Dialect struct {
 	Numbered bool
 	// IsUniqueViolation reports a unique/primary-key constraint error.
 	IsUniqueViolation func(error) bool
-	// IsRunEnded reports the failure of a run check sent without waiting
-	// (store.RunsActiveAsserter; nil: the dialect has none).
-	IsRunEnded func(error) bool
+	// FailedCheck returns the store error a check statement sent without
+	// waiting fails with — store.ErrRunEnded (RunsActiveStatement),
+	// store.ErrRunNotQuiet (RunEndQuietStatement), store.ErrSessionMoved
+	// (SessionAsSeenStatement) — and nil for any other error (nil: the
+	// dialect has no such statements).
+	FailedCheck func(error) error
 	// IsNotNullViolation reports a NOT NULL constraint error (nil: the
 	// store's statements never rely on one).
 	IsNotNullViolation func(error) bool
@@ -50,22 +53,20 @@ type Dialect struct {
 	Pipeline func(ctx context.Context, conn *sql.Conn, fn func(Pipe) error) error
 	// RunsActiveStatement, with a pipeline, is the statement that checks
 	// runs (its one argument, a list of ids) are active and fails with an
-	// error IsRunEnded knows when one has ended (pipeQueries.AssertRunsActive).
+	// error FailedCheck knows when one has ended (pipeQueries.AssertRunsActive).
 	RunsActiveStatement string
 	// RunEndQuietStatement, with a pipeline, ends a run expected to be
 	// quiet (pipeQueries.RunEndQuiet): its arguments are the run, its
 	// session, the status, ended_at, error, usage, question,
-	// question_detail and the statuses it may end from; it fails with an
-	// error IsRunNotQuiet knows when the run was not active or not quiet.
+	// question_detail and the statuses it may end from; it fails (see
+	// FailedCheck) when the run was not active or not quiet.
 	RunEndQuietStatement string
-	IsRunNotQuiet        func(error) bool
 	// SessionAsSeenStatement, with a pipeline, checks a session is as a
 	// process last saw it (pipeQueries.AssumeSessionForRun): its arguments
 	// are the session, its user, whether the newest run is a root's, the
-	// agent it is of ("" any), and its id and status; it fails with an
-	// error IsSessionMoved knows when the session is not as seen.
+	// agent it is of ("" any), and its id and status; it fails (see
+	// FailedCheck) when the session is not as seen.
 	SessionAsSeenStatement string
-	IsSessionMoved         func(error) bool
 }
 
 // DB is a store.Store. Writes go to write, reads to read; for SQLite those
@@ -464,12 +465,8 @@ func mapErr(d *Dialect, err error) error {
 		return store.ErrNotFound
 	case d.IsUniqueViolation(err):
 		return fmt.Errorf("%w: %v", store.ErrConflict, err)
-	case d.IsRunEnded != nil && d.IsRunEnded(err):
-		return fmt.Errorf("%w: %v", store.ErrRunEnded, err)
-	case d.IsRunNotQuiet != nil && d.IsRunNotQuiet(err):
-		return fmt.Errorf("%w: %v", store.ErrRunNotQuiet, err)
-	case d.IsSessionMoved != nil && d.IsSessionMoved(err):
-		return fmt.Errorf("%w: %v", store.ErrSessionMoved, err)
+	case d.FailedCheck != nil && d.FailedCheck(err) != nil:
+		return fmt.Errorf("%w: %v", d.FailedCheck(err), err)
 	case errors.Is(err, sql.ErrConnDone), errors.Is(err, driver.ErrBadConn), d.IsUnavailable != nil && d.IsUnavailable(err):
 		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
