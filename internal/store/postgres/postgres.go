@@ -35,9 +35,6 @@ var dialect = &sqlstore.Dialect{
 	FailedCheck:            failedCheck,
 	IsNotNullViolation:     hasCode("23502"),
 	IsUnavailable:          isUnavailable,
-	BeginTx: func(ctx context.Context, db *sql.DB) (*sql.Tx, error) {
-		return db.BeginTx(ctx, nil)
-	},
 	// text refuses NUL bytes and invalid UTF-8 (issue 8).
 	EscapeText: true,
 	Pipeline:   pipeline,

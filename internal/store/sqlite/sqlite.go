@@ -25,6 +25,8 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// dialect is what every SQLite store shares; Open completes a copy of it
+// with the Pipeline of its writer connection.
 var dialect = &sqlstore.Dialect{
 	Name: "sqlite",
 	IsUniqueViolation: func(err error) bool {
@@ -45,18 +47,21 @@ var dialect = &sqlstore.Dialect{
 		c := se.Code() & 0xff // the primary code of an extended one
 		return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
 	},
-	BeginTx: func(ctx context.Context, db *sql.DB) (*sql.Tx, error) {
-		return db.BeginTx(ctx, nil) // _txlock=immediate in the DSN makes this BEGIN IMMEDIATE
-	},
 	// modernc parses and plans an unprepared statement on every call.
 	PrepareStatements: true,
 }
 
 // Open opens (creating if needed) the database file at path and migrates it.
 func Open(ctx context.Context, path string) (*sqlstore.DB, error) {
+	db, _, err := open(ctx, path)
+	return db, err
+}
+
+// open is Open, with the store's transactions (tests).
+func open(ctx context.Context, path string) (*sqlstore.DB, *direct, error) {
 	if dir := filepath.Dir(path); dir != "." {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("sqlite: create directory: %w", err)
+			return nil, nil, fmt.Errorf("sqlite: create directory: %w", err)
 		}
 	}
 	// synchronous(FULL): a commit is on disk before its events are delivered
@@ -83,7 +88,7 @@ func Open(ctx context.Context, path string) (*sqlstore.DB, error) {
 	// used.
 	write, err := sql.Open("sqlite", sqliteDSN(path, append(pragmas, "wal_autocheckpoint(0)", "journal_size_limit(67108864)", "cache_size(-65536)")))
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		return nil, nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	// SQLite has one writer; a single connection turns lock contention into
 	// queueing in database/sql instead of SQLITE_BUSY errors.
@@ -92,21 +97,26 @@ func Open(ctx context.Context, path string) (*sqlstore.DB, error) {
 	write.SetConnMaxLifetime(0)
 	if err := migrate.Apply(ctx, write, migrations, "migrations", false); err != nil {
 		write.Close()
-		return nil, fmt.Errorf("sqlite: migrate %s: %w", path, err)
+		return nil, nil, fmt.Errorf("sqlite: migrate %s: %w", path, err)
 	}
 	read, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		write.Close()
-		return nil, fmt.Errorf("sqlite: open readers %s: %w", path, err)
+		return nil, nil, fmt.Errorf("sqlite: open readers %s: %w", path, err)
 	}
 	n := max(4, runtime.GOMAXPROCS(0)*2)
 	read.SetMaxOpenConns(n)
 	read.SetMaxIdleConns(n)
-	db := sqlstore.New(dialect, write, read)
+	// Each store its own copy of the dialect: its transactions' prepared
+	// statements belong to its writer connection.
+	d, dt := *dialect, &direct{}
+	d.Pipeline, d.PipelineInProcess = dt.pipeline, true
+	db := sqlstore.New(&d, write, read)
+	db.OnClose(func() { dt.close(write) })
 	ckpt := &checkpointer{read: read}
 	db.BeforeWrite(ckpt.beforeWrite)
 	db.OnClose(ckpt.start())
-	return db, nil
+	return db, dt, nil
 }
 
 func sqliteDSN(path string, pragmas []string) string {
@@ -114,6 +124,9 @@ func sqliteDSN(path string, pragmas []string) string {
 	for _, p := range pragmas {
 		q.Add("_pragma", p)
 	}
+	// A transaction begun through database/sql (migrations) takes the
+	// write lock at once, as the store's own do (pipe.go): writers queue
+	// on the lock instead of failing with SQLITE_BUSY later.
 	q.Set("_txlock", "immediate")
 	return "file:" + path + "?" + q.Encode()
 }

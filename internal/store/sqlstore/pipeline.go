@@ -73,7 +73,12 @@ func (db *DB) inPipe(ctx context.Context, fn func(tx store.Queries) error) error
 				_ = p.Rollback(context.Background())
 			}
 		}()
-		if err := fn(pipeQueries{&queries{d: db.d, pipe: p, observe: db.observe}}); err != nil {
+		q := &queries{d: db.d, pipe: p, observe: db.observe}
+		var tx store.Queries = pipeQueries{q}
+		if db.d.PipelineInProcess {
+			tx = q
+		}
+		if err := fn(tx); err != nil {
 			return err
 		}
 		if err := p.Commit(ctx); err != nil {
@@ -147,6 +152,12 @@ func (q pipeQueries) AssumeSessionForRun(ctx context.Context, sessionID, userID 
 	}
 	return q.execLater(ctx, q.d.SessionAsSeenStatement, sessionID, userID, latest.RootOnly, latest.AgentID, runID, status)
 }
+
+// sharesRoundTrips: q's statements go to the database together where
+// they can (a pipelined transaction on PostgreSQL). Then sending one whose
+// answer may turn out unneeded is cheaper than waiting to know; in
+// process (SQLite) it is not.
+func (q *queries) sharesRoundTrips() bool { return q.pipe != nil && !q.d.PipelineInProcess }
 
 // pipeResult is a Pipe's Exec result as a sql.Result.
 type pipeResult int64

@@ -253,7 +253,7 @@ func (q *queries) RunTransition(ctx context.Context, p *store.RunTransitionParam
 // database together (the outlook is a read, harmless when the transition
 // does not happen), a round trip less on every run's end.
 func (q *queries) RunEndTransition(ctx context.Context, p *store.RunTransitionParams, sessionID string) (*store.Run, *store.RunOutlook, error) {
-	if q.pipe == nil {
+	if !q.sharesRoundTrips() {
 		r, err := q.RunTransition(ctx, p)
 		if err != nil {
 			return r, nil, err

@@ -38,19 +38,21 @@ type Dialect struct {
 	// reached or cannot take work now (connection refused or lost, server
 	// shutting down, too many connections): callers should retry later.
 	IsUnavailable func(error) bool
-	// BeginTx starts a write transaction (SQLite needs BEGIN IMMEDIATE so
-	// writers queue on the lock instead of failing with SQLITE_BUSY later).
-	BeginTx func(ctx context.Context, db *sql.DB) (*sql.Tx, error)
 	// EscapeText: the database's text refuses NUL bytes and invalid UTF-8,
 	// so strings go through the text codec (text.go).
 	EscapeText bool
 	// PrepareStatements: keep hot statements prepared (stmtcache.go), for
 	// a driver that does not cache them itself.
 	PrepareStatements bool
-	// Pipeline, when set, runs each write transaction (InTx) on conn, one
-	// connection of the writer pool, through a Pipe it hands fn
-	// (pipeline.go); BeginTx is then not used for them.
+	// Pipeline runs each write transaction (InTx) on conn, one connection
+	// of the writer pool, through a Pipe it hands fn (pipeline.go): the
+	// driver's own, not database/sql's transactions.
 	Pipeline func(ctx context.Context, conn *sql.Conn, fn func(Pipe) error) error
+	// PipelineInProcess: Pipeline's Pipe runs each statement at once, in
+	// process (SQLite), so there are no round trips to share: its
+	// transactions get the plain Queries — nothing run alongside
+	// (store.Parallel), no check sent without waiting for it.
+	PipelineInProcess bool
 	// RunsActiveStatement, with a pipeline, is the statement that checks
 	// runs (its one argument, a list of ids) are active and fails with an
 	// error FailedCheck knows when one has ended (pipeQueries.AssertRunsActive).
@@ -147,27 +149,7 @@ func (db *DB) InTx(ctx context.Context, fn func(tx store.Queries) error) error {
 	if db.beforeWrite != nil {
 		db.beforeWrite(ctx, db.write)
 	}
-	if db.d.Pipeline != nil {
-		return db.inPipe(ctx, fn)
-	}
-	tx, err := db.d.BeginTx(ctx, db.write)
-	if err != nil {
-		return fmt.Errorf("begin: %w", db.mapErr(err))
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			_ = tx.Rollback()
-		}
-	}()
-	if err := fn(&queries{d: db.d, w: tx, r: tx, tx: tx, wc: db.wc, observe: db.observe}); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", db.mapErr(err))
-	}
-	committed = true
-	return nil
+	return db.inPipe(ctx, fn)
 }
 
 func (db *DB) mapErr(err error) error { return mapErr(db.d, err) }
@@ -199,18 +181,16 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// queries runs statements on a writer and a reader querier (both the same
-// transaction inside InTx).
+// queries runs statements on the writer and reader pools, or inside InTx
+// on its transaction's Pipe.
 type queries struct {
 	d *Dialect
 	w querier
 	r querier
-	// Prepared statements of the writer and reader pools (nil: none);
-	// inside a transaction (tx set) both sides are tx, on the writer pool.
+	// Prepared statements of the writer and reader pools (nil: none).
 	wc, rc *stmtCache
-	tx     *sql.Tx
-	// pipe, when set, is a pipelined transaction (pipeline.go) that every
-	// statement goes through; w and r are then nil.
+	// pipe, when set, is a transaction (pipeline.go) that every statement
+	// goes through; w and r are then nil.
 	pipe Pipe
 	// observe, when set (tests only: ObserveQueries), is told every
 	// statement's text before it runs.
@@ -225,20 +205,16 @@ type queries struct {
 func (db *DB) ObserveQueries(fn func(query string)) { db.observe = fn }
 
 // prepared returns query as a prepared statement for the writer (write)
-// or reader side, or nil to run it unprepared.
+// or reader pool, or nil to run it unprepared.
 func (q *queries) prepared(ctx context.Context, write bool, query string) *sql.Stmt {
 	c := q.rc
-	if write || q.tx != nil {
+	if write {
 		c = q.wc
 	}
 	if c == nil {
 		return nil
 	}
-	s := c.get(ctx, q.bind(query), q.tx != nil)
-	if s == nil || q.tx == nil {
-		return s
-	}
-	return q.tx.StmtContext(ctx, s)
+	return c.get(ctx, q.bind(query))
 }
 
 var rebound sync.Map // query text -> numbered form

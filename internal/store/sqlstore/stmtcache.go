@@ -15,8 +15,7 @@ const maxCachedStmts = 512
 // stmtCache holds prepared statements of one pool, by query text. On SQLite
 // (modernc) every unprepared statement is parsed and planned again on each
 // call — 17 % of the server's CPU per tool call (issue 13); database/sql
-// prepares a *sql.Stmt lazily once per connection and reuses it, inside a
-// transaction too (Tx.StmtContext finds the connection's copy). PostgreSQL
+// prepares a *sql.Stmt lazily once per connection and reuses it. PostgreSQL
 // does not need it: pgx caches prepared statements per connection itself.
 type stmtCache struct {
 	db      *sql.DB
@@ -32,12 +31,9 @@ func newStmtCache(db *sql.DB) *stmtCache {
 
 // get returns query prepared on the pool, or nil when it runs unprepared
 // (a multi-statement text, a full cache, or a text the driver will not
-// prepare: its error then comes from running it).
-//
-// Inside a transaction (inTx) a text not prepared yet runs unprepared this
-// once and is prepared in the background: DB.Prepare needs a connection of
-// the pool, and SQLite's writer pool has one, which the transaction holds.
-func (c *stmtCache) get(ctx context.Context, query string, inTx bool) *sql.Stmt {
+// prepare: its error then comes from running it). Transactions do not
+// come here: their Pipe prepares on its connection.
+func (c *stmtCache) get(ctx context.Context, query string) *sql.Stmt {
 	c.mu.RLock()
 	s, ok := c.m[query]
 	c.mu.RUnlock()
@@ -60,10 +56,6 @@ func (c *stmtCache) get(ctx context.Context, query string, inTx bool) *sql.Stmt 
 	}
 	c.pending[query] = true
 	c.mu.Unlock()
-	if inTx {
-		go c.prepare(query)
-		return nil
-	}
 	return c.prepare(query)
 }
 
