@@ -119,22 +119,6 @@ func (p *progressRecorder) record(progress, total float64, message string) {
 	}
 }
 
-// callEnded is the log's commit hook for MCP requests in flight here: a
-// tool_result ends a call, and its request is cancelled.
-func (s *Service) callEnded(events []store.Event) {
-	for i := range events {
-		if events[i].Type != eventlog.TypeToolResult {
-			continue
-		}
-		var p struct {
-			ToolCallID string `json:"tool_call_id"`
-		}
-		if json.Unmarshal(events[i].Payload, &p) == nil {
-			s.inflight.ended(p.ToolCallID)
-		}
-	}
-}
-
 // remoteEnded is the hook for sessions other processes changed: the MCP
 // requests in flight here for calls of those sessions look at their call
 // again and are cancelled if it has ended.

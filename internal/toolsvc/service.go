@@ -142,9 +142,8 @@ func New(log *eventlog.Log, opts Options) *Service {
 	s.offline, s.waited = metrics.ClientOffline(opts.Metrics), metrics.ApprovalWait(opts.Metrics)
 	s.runsEnd, s.runsDur = metrics.RunsFinished(opts.Metrics), metrics.RunDuration(opts.Metrics)
 	opts.Metrics.GaugeFunc("agentplane_tool_waits_pending", "Long-polls (:wait and inline invoke waits) this process holds.", func() float64 { return float64(s.waiters.count()) })
-	log.Observe(s.waiters.committed, s.remoteMoved)
-	log.Observe(s.callEnded, s.remoteEnded)
-	log.Observe(s.observeMetrics, nil)
+	log.Observe(s.committed, s.remoteMoved)
+	log.Observe(nil, s.remoteEnded)
 	log.Observe(nil, s.heardToolsChanged)
 	return s
 }

@@ -2,13 +2,11 @@ package toolsvc
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/store"
 )
 
@@ -144,25 +142,14 @@ func (ws *waiters) count() int {
 	return ws.n
 }
 
-// committed is the log's commit hook: a tool_result ends a call, so the
-// long-polls of that call look again. It runs on the writer goroutine and
-// never blocks.
-func (ws *waiters) committed(events []store.Event) {
-	for i := range events {
-		if events[i].Type != eventlog.TypeToolResult {
-			continue
-		}
-		var p struct {
-			ToolCallID string `json:"tool_call_id"`
-		}
-		if json.Unmarshal(events[i].Payload, &p) != nil {
-			continue
-		}
-		ws.mu.Lock()
-		for w := range ws.byCall[p.ToolCallID] {
-			w.wake()
-		}
-		ws.mu.Unlock()
+// ended: a tool_result of the call was committed (Service.committed), so
+// its long-polls look again. It runs on the writer goroutine and never
+// blocks.
+func (ws *waiters) ended(callID string) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for w := range ws.byCall[callID] {
+		w.wake()
 	}
 }
 
