@@ -62,27 +62,25 @@ func (d *direct) pipeline(ctx context.Context, conn *sql.Conn, fn func(sqlstore.
 
 // close finalizes the prepared statements, before the pool closes the
 // connection (a statement left open keeps SQLite's connection from
-// closing).
+// closing). The connection first, then mu, as a transaction takes them:
+// a transaction begun while the store closes must not deadlock with it.
 func (d *direct) close(write *sql.DB) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.stmts) == 0 {
-		return
-	}
 	conn, err := write.Conn(context.Background())
 	if err != nil {
 		return
 	}
 	defer conn.Close()
 	_ = conn.Raw(func(dc any) error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
 		if dc == d.conn {
 			for _, s := range d.stmts {
 				s.Close()
 			}
 		}
+		d.conn, d.stmts = nil, nil
 		return nil
 	})
-	d.conn, d.stmts = nil, nil
 }
 
 // stmt returns query prepared on the connection, or nil to run it
