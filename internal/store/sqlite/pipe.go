@@ -89,7 +89,7 @@ func (d *direct) stmt(ctx context.Context, c any, query string) (driver.Stmt, er
 	if s, ok := d.stmts[query]; ok {
 		return s, nil
 	}
-	if len(d.stmts) >= maxDirectStmts || strings.Contains(strings.TrimRight(strings.TrimSpace(query), ";"), ";") {
+	if len(d.stmts) >= maxDirectStmts || !sqlstore.SingleStatement(query) {
 		return nil, nil
 	}
 	pc, ok := c.(driver.ConnPrepareContext)
@@ -133,7 +133,7 @@ func (p *pipe) QueueRow(query string, args []any, scan func(scan func(dest ...an
 	}
 	rs, err := p.query(context.Background(), query, args)
 	if err == nil {
-		err = scan(func(dest ...any) error { return firstRow(rs, dest) })
+		err = scan(func(dest ...any) error { return sqlstore.ScanFirst(rs, dest...) })
 		if cerr := rs.Close(); err == nil {
 			err = cerr
 		}
@@ -323,15 +323,3 @@ func (r *pipeRows) Close() error {
 }
 
 func (r *pipeRows) Err() error { return r.err }
-
-// firstRow scans rs's first row into dest, as *sql.Row does: no row is
-// sql.ErrNoRows.
-func firstRow(rs *pipeRows, dest []any) error {
-	if !rs.Next() {
-		if err := rs.Err(); err != nil {
-			return err
-		}
-		return sql.ErrNoRows
-	}
-	return rs.Scan(dest...)
-}

@@ -178,17 +178,23 @@ func (r *rowOf) Scan(dest ...any) error {
 	if r.err != nil {
 		return r.err
 	}
-	defer r.rs.Close()
-	if !r.rs.Next() {
-		if err := r.rs.Err(); err != nil {
+	return ScanFirst(r.rs, dest...)
+}
+
+// ScanFirst scans the first of rs into dest and closes rs, as *sql.Row
+// does: no row is sql.ErrNoRows.
+func ScanFirst(rs Rows, dest ...any) error {
+	defer rs.Close()
+	if !rs.Next() {
+		if err := rs.Err(); err != nil {
 			return err
 		}
 		return sql.ErrNoRows
 	}
-	if err := r.rs.Scan(dest...); err != nil {
+	if err := rs.Scan(dest...); err != nil {
 		return err
 	}
-	return r.rs.Close()
+	return rs.Close()
 }
 
 // execLater runs a statement whose result nobody reads and whose only

@@ -174,19 +174,12 @@ func (db *DB) EventsAppendNotify(ctx context.Context, events []store.EventParams
 	return out, err
 }
 
-// querier is what *sql.DB and *sql.Tx share.
-type querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
 // queries runs statements on the writer and reader pools, or inside InTx
 // on its transaction's Pipe.
 type queries struct {
 	d *Dialect
-	w querier
-	r querier
+	w *sql.DB
+	r *sql.DB
 	// Prepared statements of the writer and reader pools (nil: none).
 	wc, rc *stmtCache
 	// pipe, when set, is a transaction (pipeline.go) that every statement

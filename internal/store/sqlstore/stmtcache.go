@@ -40,7 +40,7 @@ func (c *stmtCache) get(ctx context.Context, query string) *sql.Stmt {
 	if ok {
 		return s
 	}
-	if strings.Contains(strings.TrimRight(strings.TrimSpace(query), ";"), ";") {
+	if !SingleStatement(query) {
 		return nil
 	}
 	// Never prepare while holding mu: preparing waits for a connection,
@@ -57,6 +57,12 @@ func (c *stmtCache) get(ctx context.Context, query string) *sql.Stmt {
 	c.pending[query] = true
 	c.mu.Unlock()
 	return c.prepare(query)
+}
+
+// SingleStatement: query is one statement (a trailing ";" allowed), which a
+// driver can prepare; several run unprepared.
+func SingleStatement(query string) bool {
+	return !strings.Contains(strings.TrimRight(strings.TrimSpace(query), ";"), ";")
 }
 
 // prepareOne prepares query, with a context that does not end (the
