@@ -37,6 +37,10 @@ type direct struct {
 	// pool has one, for the life of the store.
 	conn  any
 	stmts map[string]driver.Stmt
+	// named holds a statement's converted arguments, reused by the next
+	// (the driver copies them into SQLite when it binds them and keeps no
+	// reference): a tool call's statements allocated 3 KB of them.
+	named []driver.NamedValue
 }
 
 // pipeline is the dialect's Pipeline: fn's transaction on conn, whose
@@ -78,7 +82,7 @@ func (d *direct) close(write *sql.DB) {
 				s.Close()
 			}
 		}
-		d.conn, d.stmts = nil, nil
+		d.conn, d.stmts, d.named = nil, nil, nil
 		return nil
 	})
 }
@@ -195,7 +199,7 @@ func (p *pipe) Group(ctx context.Context, fns []func(sqlstore.Pipe) error) []err
 
 func (p *pipe) exec(ctx context.Context, query string, args []any) (int64, error) {
 	p.closeOpen()
-	named, err := namedValues(args)
+	named, err := p.d.namedValues(args)
 	if err != nil {
 		return 0, err
 	}
@@ -225,7 +229,7 @@ func (p *pipe) exec(ctx context.Context, query string, args []any) (int64, error
 
 func (p *pipe) query(ctx context.Context, query string, args []any) (*pipeRows, error) {
 	p.closeOpen()
-	named, err := namedValues(args)
+	named, err := p.d.namedValues(args)
 	if err != nil {
 		return nil, err
 	}
@@ -263,16 +267,19 @@ func (p *pipe) closeOpen() {
 
 // namedValues converts args as database/sql does for a driver that does
 // not check them itself (modernc does not): driver.Valuer, pointers and
-// Go's numeric kinds to the driver's value types.
-func namedValues(args []any) ([]driver.NamedValue, error) {
-	named := make([]driver.NamedValue, len(args))
+// Go's numeric kinds to the driver's value types. The result is d.named,
+// valid until the next statement (d.mu held: the transaction's).
+func (d *direct) namedValues(args []any) ([]driver.NamedValue, error) {
+	clear(d.named) // nothing of the last statement's kept alive
+	named := d.named[:0]
 	for i, a := range args {
 		v, err := driver.DefaultParameterConverter.ConvertValue(a)
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: argument %d: %w", i+1, err)
 		}
-		named[i] = driver.NamedValue{Ordinal: i + 1, Value: v}
+		named = append(named, driver.NamedValue{Ordinal: i + 1, Value: v})
 	}
+	d.named = named
 	return named, nil
 }
 

@@ -298,3 +298,61 @@ func TestConvertAssign(t *testing.T) {
 		}
 	}
 }
+
+// A statement's arguments are converted into a buffer the next statement
+// reuses: each statement binds its own values — a shorter one after a
+// longer one, one run while a query's rows are still open — and no value
+// of an earlier statement stays referenced by the buffer.
+func TestStatementArgumentsReused(t *testing.T) {
+	db, dt, _ := openDirect(t)
+	ctx := context.Background()
+	big := strings.Repeat("x", 1<<16)
+	err := inPipe(t, db, dt, func(p sqlstore.Pipe) error {
+		if _, err := p.Exec(ctx, `CREATE TABLE kv (k TEXT PRIMARY KEY, v TEXT, n INTEGER)`, nil); err != nil {
+			return err
+		}
+		if _, err := p.Exec(ctx, `INSERT INTO kv (k, v, n) VALUES (?, ?, ?), (?, ?, ?)`, []any{"a", big, 1, "b", "short", 2}); err != nil {
+			return err
+		}
+		rs, err := p.Query(ctx, `SELECT v FROM kv WHERE k = ?`, []any{"b"})
+		if err != nil {
+			return err
+		}
+		// Rows open: the next statement closes them, then reuses the buffer.
+		if _, err := p.Exec(ctx, `UPDATE kv SET n = ? WHERE k = ?`, []any{int32(7), "a"}); err != nil {
+			return err
+		}
+		if rs.Next() {
+			t.Error("rows of a query still readable after the next statement")
+		}
+		var v string
+		var n int64
+		if err := sqlstore.ScanFirst(mustQuery(t, p, `SELECT v, n FROM kv WHERE k = ?`, "a"), &v, &n); err != nil {
+			return err
+		}
+		if v != big || n != 7 {
+			t.Errorf("row a: %d bytes, n %d; want %d bytes, n 7", len(v), n, len(big))
+		}
+		if _, err := p.Exec(ctx, `DELETE FROM kv WHERE k = 'none'`, nil); err != nil {
+			return err
+		}
+		for i, nv := range dt.named[:cap(dt.named)] {
+			if nv.Value != nil {
+				t.Errorf("argument buffer [%d] still holds %T after a statement without arguments", i, nv.Value)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustQuery(t *testing.T, p sqlstore.Pipe, query string, args ...any) sqlstore.Rows {
+	t.Helper()
+	rs, err := p.Query(context.Background(), query, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
