@@ -275,6 +275,7 @@ func (d *direct) namedValues(args []any) ([]driver.NamedValue, error) {
 	for i, a := range args {
 		v, err := driver.DefaultParameterConverter.ConvertValue(a)
 		if err != nil {
+			d.named = named // the next call clears what this one converted
 			return nil, fmt.Errorf("sqlite: argument %d: %w", i+1, err)
 		}
 		named = append(named, driver.NamedValue{Ordinal: i + 1, Value: v})
