@@ -248,6 +248,9 @@ func (c *Client) Invoke(ctx context.Context, endpoint string, req InvokeRequest,
 func decodeEvent(ev SSEEvent) (*StreamEvent, *Result, error) {
 	switch ev.Event {
 	case "delta":
+		if text, ok := plainDeltaText(ev.Data); ok {
+			return &StreamEvent{Type: "delta", Text: text}, nil, nil
+		}
 		var d struct {
 			Text string `json:"text"`
 		}

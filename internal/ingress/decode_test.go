@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"encoding/json"
+	"math"
 	"testing"
 
 	"github.com/agentplane/agentplane/internal/store"
@@ -137,5 +138,17 @@ func TestClientMessageOfChildRuns(t *testing.T) {
 		if err := json.Unmarshal(ClientMessage(&store.Event{Type: typ, RunID: "r", Payload: json.RawMessage(`{}`)}), &m); err != nil || m["type"] != want {
 			t.Errorf("root %s → %v (%v)", typ, m, err)
 		}
+	}
+}
+
+// TestClientMessageOneAllocation: a message is built in the buffer it
+// starts with, even with the longest envelope (a child run's event, the
+// largest seq and ts) — one allocation per delivered event (issue 13).
+func TestClientMessageOneAllocation(t *testing.T) {
+	e := &store.Event{Type: "sub_agent_partial", SessionID: "ses_019ac4e3-7b1f-7c2e-9d4a-5f6e7d8c9b0a", Seq: math.MaxInt64,
+		EventID: "evt_019ac4e3-7b1f-7c2e-9d4a-5f6e7d8c9b0b", TS: math.MaxInt64, RunID: "run_019ac4e3-7b1f-7c2e-9d4a-5f6e7d8c9b0c",
+		ParentRunID: "run_019ac4e3-7b1f-7c2e-9d4a-5f6e7d8c9b0d", Payload: json.RawMessage(`{"text":"Sunny "}`)}
+	if n := testing.AllocsPerRun(100, func() { ClientMessage(e) }); n != 1 {
+		t.Fatalf("ClientMessage allocates %v times per message, want 1", n)
 	}
 }

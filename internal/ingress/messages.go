@@ -50,7 +50,10 @@ func ClientMessage(e *store.Event) []byte {
 	if !ok || (e.ParentRunID != "" && childInternal[e.Type]) {
 		return nil
 	}
-	b := make([]byte, 0, 160+len(e.Payload))
+	// Room for the envelope's keys and numbers (≤ 118 bytes) and its ids
+	// (each plain ASCII as a rule, so no escapes), so the message is built
+	// in one allocation: 160 bytes in all was short of a delta's envelope.
+	b := make([]byte, 0, 128+len(typ)+len(e.SessionID)+len(e.EventID)+len(e.RunID)+len(e.ParentRunID)+len(e.Payload))
 	b = append(b, `{"type":`...)
 	b = appendJSONString(b, typ)
 	b = append(b, `,"session_id":`...)

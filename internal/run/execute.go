@@ -133,10 +133,7 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 		linger = remoteLinger
 	}
 	partial := func(text string) store.EventParams {
-		b, _ := json.Marshal(struct {
-			Text string `json:"text"`
-		}{text})
-		return event(eventlog.TypeSubAgentPartial, b)
+		return event(eventlog.TypeSubAgentPartial, textPayload(text))
 	}
 	// remote is the remote task the agent reported last (handle's events
 	// come one at a time).
@@ -168,9 +165,7 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 			text.WriteString(ev.Text)
 			deltas++
 			typ = eventlog.TypeAgentStreamDelta
-			payload, _ = json.Marshal(struct {
-				Text string `json:"text"`
-			}{ev.Text})
+			payload = textPayload(ev.Text)
 		case "remote_task":
 			// An A2A agent's task: recorded (trace only) so a run that
 			// resumes this one continues the same remote task.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unsafe"
 
 	"github.com/agentplane/agentplane/internal/ids"
 	"github.com/agentplane/agentplane/internal/store"
@@ -70,13 +71,18 @@ func (q *queries) EventsAppend(ctx context.Context, events []store.EventParams) 
 		var b strings.Builder
 		b.WriteString(insert + eventCols + `) VALUES `)
 		args := make([]any, 0, (end-start)*8)
+		var sessions, runs, parents, types repeats
 		for i := start; i < end; i++ {
 			if i > start {
 				b.WriteString(", ")
 			}
 			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
 			e := &out[i]
-			args = append(args, e.EventID, e.SessionID, e.Seq, e.RunID, e.ParentRunID, e.TS, e.Type, string(e.Payload))
+			// The payload as a string without a copy: an appended event's
+			// payload is never written again (it is also what the log
+			// publishes), and both drivers copy a string when they bind it.
+			args = append(args, e.EventID, sessions.box(e.SessionID), e.Seq, runs.box(e.RunID), parents.box(e.ParentRunID), e.TS,
+				types.box(e.Type), unsafe.String(unsafe.SliceData(e.Payload), len(e.Payload)))
 		}
 		// In a pipelined transaction the inserts go with the next statement
 		// that is waited for (the commit, as a rule): their rows' seqs are
@@ -87,6 +93,22 @@ func (q *queries) EventsAppend(ctx context.Context, events []store.EventParams) 
 		}
 	}
 	return out, nil
+}
+
+// repeats boxes a column's values for a statement's arguments, reusing the
+// last box while the value repeats: a batch's events mostly share their
+// type, and a run's its session and run ids — an allocation fewer for each
+// (every string put in an interface is one).
+type repeats struct {
+	last  string
+	boxed any
+}
+
+func (r *repeats) box(v string) any {
+	if r.boxed == nil || v != r.last {
+		r.last, r.boxed = v, v
+	}
+	return r.boxed
 }
 
 // newEvent is the event p appends, at seq, with a new id ({} for an empty

@@ -212,7 +212,15 @@ func (q *queries) RunsEnded(ctx context.Context, runIDs []string) (map[string]bo
 	}
 	query := `SELECT run_id, status FROM runs WHERE run_id IN (` + placeholders(len(runIDs)) + `)`
 	if q.d.Name == "postgres" {
+		// Every asked run's row is share-locked, ended or not: FOR SHARE
+		// locks the rows the query returns, so no filter here.
 		query += ` FOR SHARE`
+	} else {
+		// Only the ended ones come back: the event log asks once per
+		// commit about the runs of its stream deltas, which have almost
+		// always not ended, and each row returned cost scanning two
+		// strings (issue 13). SQLite's single writer needs no lock.
+		query += ` AND status IN ` + terminalStatuses
 	}
 	args := make([]any, len(runIDs))
 	for i, id := range runIDs {
@@ -223,18 +231,25 @@ func (q *queries) RunsEnded(ctx context.Context, runIDs []string) (map[string]bo
 		return nil, fmt.Errorf("runs ended: %w", err)
 	}
 	defer rows.Close()
-	ended := map[string]bool{}
+	var ended map[string]bool
 	for rows.Next() {
 		var id, status string
 		if err := rows.Scan(&id, &status); err != nil {
 			return nil, fmt.Errorf("runs ended: %w", err)
 		}
 		if store.RunIsTerminal(status) {
+			if ended == nil {
+				ended = map[string]bool{}
+			}
 			ended[id] = true
 		}
 	}
 	return ended, rows.Err()
 }
+
+// terminalStatuses is the SQL list of the statuses store.RunIsTerminal
+// reports as ended.
+var terminalStatuses = `('` + strings.Join([]string{store.RunDone, store.RunFailed, store.RunCancelled, store.RunInputRequired}, `', '`) + `')`
 
 // RunTransition is the guarded state change: it updates only when the run
 // is in one of p.From. On no match it returns the current row and
