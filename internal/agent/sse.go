@@ -127,7 +127,7 @@ func (r *SSEReader) field(line []byte) {
 	}
 	switch string(name) {
 	case "event":
-		r.event = string(value)
+		r.event = eventName(value)
 	case "data":
 		r.data = append(r.data, value...)
 		r.data = append(r.data, '\n')
@@ -300,4 +300,22 @@ func WriteSSEEvent(w io.Writer, ev SSEEvent) error {
 		return fmt.Errorf("sse: write: %w", err)
 	}
 	return nil
+}
+
+// eventName is value as a string, without an allocation for the event
+// types of the protocol (one per delta otherwise).
+func eventName(value []byte) string {
+	switch string(value) {
+	case "delta":
+		return "delta"
+	case "state":
+		return "state"
+	case "done":
+		return "done"
+	case "error":
+		return "error"
+	case "input_required":
+		return "input_required"
+	}
+	return string(value)
 }

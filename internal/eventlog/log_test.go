@@ -567,3 +567,66 @@ func TestEndedRunsAskedInOneStatement(t *testing.T) {
 		}
 	})
 }
+
+// Ops that share a commit each get exactly their own events back, in
+// order, and a slice an op is handed can be appended to without touching
+// another op's events (they are handed runs of one shared array).
+func TestBatchedOpsGetTheirOwnEvents(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		st := testdb.Open(t, dialect)
+		l := New(st, Options{})
+		defer l.Stop()
+		ctx := context.Background()
+		a, b := session(t, st), session(t, st)
+		release := holdWriter(t, l, a)
+		const ops = 6
+		var wg sync.WaitGroup
+		got := make([][]store.Event, ops)
+		for i := range ops {
+			sid := a
+			if i%2 == 1 {
+				sid = b
+			}
+			evs := []store.EventParams{ev(sid, "x", 10*i), ev(sid, "x", 10*i+1)}
+			if i%3 == 0 {
+				evs = evs[:1]
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out, err := l.Append(ctx, evs...)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got[i] = out
+			}()
+		}
+		waitQueued(t, l, ops)
+		release()
+		wg.Wait()
+		if _, commits := l.Stats(); commits > 2 {
+			t.Fatalf("%d commits: the ops were not batched", commits)
+		}
+		for i, out := range got {
+			want := 2
+			if i%3 == 0 {
+				want = 1
+			}
+			if len(out) != want {
+				t.Fatalf("op %d got %d events, want %d", i, len(out), want)
+			}
+			for j, e := range out {
+				if string(e.Payload) != fmt.Sprintf(`{"n":%d}`, 10*i+j) {
+					t.Fatalf("op %d event %d is %s", i, j, e.Payload)
+				}
+			}
+			got[i] = append(out, store.Event{Type: "appended by the caller"})
+		}
+		for i, out := range got {
+			if out[0].Type != "x" || (len(out) > 1 && out[len(out)-2].Type != "x") {
+				t.Fatalf("op %d's events were overwritten by a neighbour's append: %+v", i, out)
+			}
+		}
+	})
+}

@@ -244,8 +244,20 @@ func (w *writer) tryAsking(ops []*op, results [][]store.Event, ask bool) (assert
 	}
 	// Only now: the events' seqs may be filled in by the commit.
 	for _, a := range outs {
-		for i := range a.out {
-			results[a.owners[i]] = append(results[a.owners[i]], a.out[i])
+		// An op's events are consecutive in a.out: each op gets its run
+		// of it (capped, so an append to it copies), not a slice of its
+		// own — one allocation fewer per op, a delta's each (issue 13).
+		for lo := 0; lo < len(a.out); {
+			owner, hi := a.owners[lo], lo+1
+			for hi < len(a.out) && a.owners[hi] == owner {
+				hi++
+			}
+			if results[owner] == nil {
+				results[owner] = a.out[lo:hi:hi]
+			} else {
+				results[owner] = append(results[owner], a.out[lo:hi]...)
+			}
+			lo = hi
 		}
 	}
 	return asserted, nil

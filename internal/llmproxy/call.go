@@ -125,7 +125,11 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep *endpoint) 
 	if caller.Traceparent != "" && !trace.SpanContextFromContext(parent).IsValid() {
 		parent = tracing.WithTraceparent(parent, caller.Traceparent)
 	}
-	ctx, span := tracing.Start(parent, op+" "+c.model, trace.SpanKindClient)
+	name := "" // only an exported span has a name: not a string per call
+	if tracing.Enabled() {
+		name = op + " " + c.model
+	}
+	ctx, span := tracing.Start(parent, name, trace.SpanKindClient)
 	c.span = span
 	if span.IsRecording() {
 		tracing.SetAttributes(span, attribute.String("gen_ai.operation.name", op), attribute.String("gen_ai.request.model", c.model),
@@ -322,7 +326,7 @@ func (c *call) send(r *http.Request, u *upstream, body []byte) (*http.Response, 
 	}
 	req.URL = u.endpointURL(c.ep.suffix, r.URL.RawQuery)
 	req.Host = req.URL.Host
-	req.Header = upstreamHeader(r.Header, u.APIKey)
+	req.Header = upstreamHeader(r.Header, u.authorization)
 	tracing.Inject(c.ctx, req.Header)
 	req.ContentLength = int64(len(body))
 	req.Body = io.NopCloser(bytes.NewReader(body))

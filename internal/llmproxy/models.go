@@ -94,7 +94,7 @@ func (p *Proxy) getModels(ctx context.Context, r *http.Request, u *upstream) (in
 	}
 	req.URL = u.endpointURL("/models", r.URL.RawQuery)
 	req.Host = req.URL.Host
-	req.Header = upstreamHeader(r.Header, u.APIKey)
+	req.Header = upstreamHeader(r.Header, u.authorization)
 	resp, err := p.tr.RoundTrip(req)
 	if err != nil {
 		return 0, nil, nil, err

@@ -152,8 +152,9 @@ var dropRequestHeader = map[string]bool{
 	"Forwarded":           true,
 }
 
-// upstreamHeader builds the headers of an upstream request from the client's.
-func upstreamHeader(in http.Header, apiKey string) http.Header {
+// upstreamHeader builds the headers of an upstream request from the
+// client's, with the upstream's Authorization value (none when nil).
+func upstreamHeader(in http.Header, authorization []string) http.Header {
 	h := make(http.Header, len(in)+2)
 	for k, vv := range in {
 		if dropRequestHeader[k] {
@@ -161,8 +162,8 @@ func upstreamHeader(in http.Header, apiKey string) http.Header {
 		}
 		h[k] = vv
 	}
-	if apiKey != "" {
-		h["Authorization"] = []string{"Bearer " + apiKey}
+	if authorization != nil {
+		h["Authorization"] = authorization
 	}
 	// Ask for identity so the body we meter is never compressed; Go's
 	// transport would otherwise add gzip itself (DisableCompression is set

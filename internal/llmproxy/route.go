@@ -9,6 +9,9 @@ import (
 type upstream struct {
 	Upstream
 	base *url.URL
+	// authorization is the Authorization header's value, made once (nil
+	// without an API key); the transport only reads a request's headers.
+	authorization []string
 }
 
 // endpointURL is base + suffix ("/chat/completions") with the client's query.
@@ -38,6 +41,9 @@ func newRouter(cfg Config) (*router, error) {
 			return nil, err
 		}
 		u := &upstream{Upstream: cu, base: base}
+		if cu.APIKey != "" {
+			u.authorization = []string{"Bearer " + cu.APIKey}
+		}
 		rt.ups = append(rt.ups, u)
 		rt.byName[u.Name] = u
 		if len(u.Prefixes) == 0 && rt.catchAll == nil {

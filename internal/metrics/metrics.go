@@ -14,7 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
+	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -87,41 +87,63 @@ func (r *Registry) add(name, spec string, m any, c prometheus.Collector) {
 	r.spec[name] = spec
 }
 
-// limiter maps label combinations past MaxSeries to Overflow.
-type limiter struct {
-	mu   sync.RWMutex
-	seen map[string]struct{}
+// series holds the metric of each label combination recorded so far, at
+// most MaxSeries of them; further combinations get the series whose every
+// label is Overflow. A recording looks its series up once, under a read
+// lock and without an allocation (the key is built on the stack), where
+// asking the vector each time cost a joined key and a second hashed lookup
+// (issue 13: the LLM proxy records five series per call).
+type series[M any] struct {
+	with func(...string) M // the vector's WithLabelValues
+
+	mu sync.RWMutex
+	m  map[string]M
 }
 
-func (l *limiter) values(vals []string) []string {
-	key := strings.Join(vals, "\xff")
-	l.mu.RLock()
-	_, ok := l.seen[key]
-	n := len(l.seen)
-	l.mu.RUnlock()
-	if ok {
-		return vals
-	}
-	if n >= MaxSeries {
-		out := make([]string, len(vals))
-		for i := range out {
-			out[i] = Overflow
+func (s *series[M]) get(vals []string) M {
+	var buf [192]byte
+	key := buf[:0]
+	for i, v := range vals {
+		if i > 0 {
+			key = append(key, 0xff)
 		}
-		return out
+		key = append(key, v...)
 	}
-	l.mu.Lock()
-	if l.seen == nil {
-		l.seen = map[string]struct{}{}
+	s.mu.RLock()
+	m, ok := s.m[string(key)]
+	s.mu.RUnlock()
+	if ok {
+		return m
 	}
-	l.seen[key] = struct{}{}
-	l.mu.Unlock()
-	return vals
+	return s.add(string(key), vals)
+}
+
+// add makes the series of a new combination (or hands out the overflow's).
+func (s *series[M]) add(key string, vals []string) M {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m, ok := s.m[key]; ok {
+		return m
+	}
+	if len(s.m) >= MaxSeries {
+		over := make([]string, len(vals))
+		for i := range over {
+			over[i] = Overflow
+		}
+		return s.with(over...)
+	}
+	if s.m == nil {
+		s.m = map[string]M{}
+	}
+	m := s.with(slices.Clone(vals)...)
+	s.m[key] = m
+	return m
 }
 
 // CounterVec is a counter per combination of label values.
 type CounterVec struct {
-	vec *prometheus.CounterVec
-	lim limiter
+	vec    *prometheus.CounterVec
+	series series[prometheus.Counter]
 }
 
 // CounterVec registers (or returns) a counter with the given labels.
@@ -133,13 +155,14 @@ func (r *Registry) CounterVec(name, help string, labels ...string) *CounterVec {
 		return m.(*CounterVec)
 	}
 	c := &CounterVec{vec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)}
+	c.series.with = c.vec.WithLabelValues
 	r.add(name, spec, c, c.vec)
 	return c
 }
 
 // Add adds v (≥ 0) to the series of the label values, in label order.
 func (c *CounterVec) Add(v float64, labelValues ...string) {
-	c.vec.WithLabelValues(c.lim.values(labelValues)...).Add(v)
+	c.series.get(labelValues).Add(v)
 }
 
 // Inc adds one.
@@ -147,8 +170,8 @@ func (c *CounterVec) Inc(labelValues ...string) { c.Add(1, labelValues...) }
 
 // HistogramVec is a histogram per combination of label values.
 type HistogramVec struct {
-	vec *prometheus.HistogramVec
-	lim limiter
+	vec    *prometheus.HistogramVec
+	series series[prometheus.Observer]
 }
 
 // HistogramVec registers (or returns) a histogram with upper bounds
@@ -161,13 +184,14 @@ func (r *Registry) HistogramVec(name, help string, bounds []float64, labels ...s
 		return m.(*HistogramVec)
 	}
 	h := &HistogramVec{vec: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: bounds}, labels)}
+	h.series.with = h.vec.WithLabelValues
 	r.add(name, spec, h, h.vec)
 	return h
 }
 
 // Observe records v under the label values, in label order.
 func (h *HistogramVec) Observe(v float64, labelValues ...string) {
-	h.vec.WithLabelValues(h.lim.values(labelValues)...).Observe(v)
+	h.series.get(labelValues).Observe(v)
 }
 
 // Counter is a counter with at most one label, counted in whole numbers.

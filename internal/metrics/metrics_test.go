@@ -119,3 +119,41 @@ func TestHandlerServesTheExposition(t *testing.T) {
 		t.Fatalf("%d %s\n%s", rec.Code, rec.Header().Get("Content-Type"), body)
 	}
 }
+
+// Recording into a series already seen allocates nothing, and each label
+// combination — values that would join alike included — keeps its own
+// series, of counters and histograms alike.
+func TestRecordingASeenSeries(t *testing.T) {
+	r := New()
+	c := r.CounterVec("tokens_total", "Tokens.", "agent_id", "model", "kind")
+	h := r.HistogramVec("latency_seconds", "Latency.", LatencyBuckets, "model")
+	agent, model, kind := "weather", "gpt-4o-mini", "prompt"
+	c.Add(1, agent, model, kind)
+	h.Observe(0.01, model)
+	if n := testing.AllocsPerRun(200, func() {
+		c.Add(2, agent, model, kind)
+		h.Observe(0.02, model)
+	}); n != 0 {
+		t.Errorf("a recording allocates %v times", n)
+	}
+	c.Add(5, "a", "bc", "d")
+	c.Add(7, "ab", "c", "d")
+	_, mfs := scrape(t, r)
+	got := map[string]float64{}
+	for _, m := range mfs["tokens_total"].GetMetric() {
+		var key []string
+		for _, l := range m.GetLabel() {
+			key = append(key, l.GetValue())
+		}
+		got[strings.Join(key, "/")] = m.GetCounter().GetValue()
+	}
+	// Labels come sorted by name (agent_id, kind, model); AllocsPerRun
+	// runs its function once more than asked, to warm up.
+	want := map[string]float64{"weather/prompt/gpt-4o-mini": 403, "a/d/bc": 5, "ab/d/c": 7}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("series %v, want %v", got, want)
+	}
+	if n := mfs["latency_seconds"].GetMetric()[0].GetHistogram().GetSampleCount(); n != 202 {
+		t.Errorf("histogram counted %d observations, want 202", n)
+	}
+}

@@ -97,8 +97,9 @@ func (m *llmMetrics) record(agentID string, d *llmproxy.CallDone) {
 	}
 }
 
-// calls counts a run's unfinished LLM calls; idle is closed when it drops
-// to zero.
+// calls counts a run's unfinished LLM calls; idle, made when someone waits
+// (a run's end, rarely during a call: not one channel per call), is closed
+// when the count drops to zero.
 type calls struct {
 	n    int
 	idle chan struct{}
@@ -299,7 +300,7 @@ func (b *llmBridge) CallBegun(c llmproxy.Caller) {
 	defer b.mu.Unlock()
 	n := b.inflight[c.RunID]
 	if n == nil {
-		n = &calls{idle: make(chan struct{})}
+		n = &calls{}
 		b.inflight[c.RunID] = n
 	}
 	n.n++
@@ -316,7 +317,9 @@ func (b *llmBridge) callEnded(runID string) {
 		return
 	}
 	if n.n--; n.n == 0 {
-		close(n.idle)
+		if n.idle != nil {
+			close(n.idle)
+		}
 		delete(b.inflight, runID)
 	}
 }
@@ -328,12 +331,19 @@ func (b *llmBridge) callEnded(runID string) {
 func (b *llmBridge) Quiesce(ctx context.Context, runID string) {
 	b.mu.Lock()
 	c := b.inflight[runID]
+	var idle chan struct{}
+	if c != nil {
+		if c.idle == nil {
+			c.idle = make(chan struct{})
+		}
+		idle = c.idle
+	}
 	b.mu.Unlock()
-	if c == nil {
+	if idle == nil {
 		return
 	}
 	select {
-	case <-c.idle:
+	case <-idle:
 	case <-ctx.Done():
 	}
 }
