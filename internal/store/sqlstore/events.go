@@ -199,9 +199,9 @@ func (q *queries) bumpSeqs(ctx context.Context, sessions []string, counts, next 
 	}
 	defer rows.Close()
 	found := 0
+	var id string // scanned into: declared once, not a pair of heap cells per row
+	var last int64
 	for rows.Next() {
-		var id string
-		var last int64
 		if err := rows.Scan(&id, &last); err != nil {
 			return fmt.Errorf("allocate seqs: %w", err)
 		}
