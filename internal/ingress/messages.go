@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/jsonstr"
 	"github.com/agentplane/agentplane/internal/store"
 )
 
@@ -55,20 +56,20 @@ func ClientMessage(e *store.Event) []byte {
 	// in one allocation: 160 bytes in all was short of a delta's envelope.
 	b := make([]byte, 0, 128+len(typ)+len(e.SessionID)+len(e.EventID)+len(e.RunID)+len(e.ParentRunID)+len(e.Payload))
 	b = append(b, `{"type":`...)
-	b = appendJSONString(b, typ)
+	b = jsonstr.Append(b, typ)
 	b = append(b, `,"session_id":`...)
-	b = appendJSONString(b, e.SessionID)
+	b = jsonstr.Append(b, e.SessionID)
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendInt(b, e.Seq, 10)
 	b = append(b, `,"event_id":`...)
-	b = appendJSONString(b, e.EventID)
+	b = jsonstr.Append(b, e.EventID)
 	b = append(b, `,"ts":`...)
 	b = strconv.AppendInt(b, e.TS, 10)
 	b = append(b, `,"run_id":`...)
-	b = appendJSONString(b, e.RunID)
+	b = jsonstr.Append(b, e.RunID)
 	if e.ParentRunID != "" {
 		b = append(b, `,"parent_run_id":`...)
-		b = appendJSONString(b, e.ParentRunID)
+		b = jsonstr.Append(b, e.ParentRunID)
 	}
 	p := bytes.TrimSpace(e.Payload)
 	if len(p) > 2 && p[0] == '{' {
@@ -79,21 +80,6 @@ func ClientMessage(e *store.Event) []byte {
 		}
 	}
 	return append(b, '}')
-}
-
-// appendJSONString appends s as a JSON string. Ids are plain ASCII, so the
-// fast path copies; anything else goes through encoding/json, which
-// escapes correctly where strconv's Go quoting would not (e.g. "\xd3").
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 // inbound is every field any client message may carry; Type picks which

@@ -1,10 +1,10 @@
 package llmproxy
 
 import (
-	"encoding/json"
 	"math"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/agentplane/agentplane/internal/jsonstr"
 )
 
 // AppendJSON appends d encoded exactly as encoding/json encodes it (field
@@ -14,26 +14,26 @@ import (
 // holds it to json.Marshal byte for byte.
 func (d *CallDone) AppendJSON(b []byte) []byte {
 	b = append(b, `{"call_id":`...)
-	b = appendString(b, d.CallID)
+	b = jsonstr.Append(b, d.CallID)
 	b = append(b, `,"started_at":`...)
 	b = strconv.AppendInt(b, d.StartedAt, 10)
 	b = append(b, `,"model":`...)
-	b = appendString(b, d.Model)
+	b = jsonstr.Append(b, d.Model)
 	if d.UpstreamModel != "" {
 		b = append(b, `,"upstream_model":`...)
-		b = appendString(b, d.UpstreamModel)
+		b = jsonstr.Append(b, d.UpstreamModel)
 	}
 	b = append(b, `,"endpoint":`...)
-	b = appendString(b, d.Endpoint)
+	b = jsonstr.Append(b, d.Endpoint)
 	b = append(b, `,"stream":`...)
 	b = strconv.AppendBool(b, d.Stream)
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(d.Status), 10)
 	b = append(b, `,"outcome":`...)
-	b = appendString(b, d.Outcome)
+	b = jsonstr.Append(b, d.Outcome)
 	if d.Upstream != "" {
 		b = append(b, `,"upstream":`...)
-		b = appendString(b, d.Upstream)
+		b = jsonstr.Append(b, d.Upstream)
 	}
 	b = append(b, `,"attempts":`...)
 	b = strconv.AppendInt(b, int64(d.Attempts), 10)
@@ -75,26 +75,12 @@ func (d *CallDone) AppendJSON(b []byte) []byte {
 	}
 	if d.Error != nil {
 		b = append(b, `,"error":{"code":`...)
-		b = appendString(b, d.Error.Code)
+		b = jsonstr.Append(b, d.Error.Code)
 		b = append(b, `,"message":`...)
-		b = appendString(b, d.Error.Message)
+		b = jsonstr.Append(b, d.Error.Message)
 		b = append(b, '}')
 	}
 	return append(b, '}')
-}
-
-// appendString quotes s as encoding/json does. Plain ASCII (ids, model
-// names) is copied; anything json would escape goes through json itself.
-func appendString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 // appendFloat formats f as encoding/json does (shortest repr, exponent

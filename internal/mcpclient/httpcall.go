@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentplane/agentplane/internal/agent"
+	"github.com/agentplane/agentplane/internal/jsonstr"
 	"github.com/agentplane/agentplane/internal/toolsvc"
 )
 
@@ -386,28 +387,15 @@ func appendCall(b []byte, id, tool string, args json.RawMessage, token string) [
 	b = append(b, `{"jsonrpc":"2.0","id":"`...)
 	b = append(b, id...)
 	b = append(b, `","method":"tools/call","params":{"name":`...)
-	b = appendString(b, tool)
+	b = jsonstr.Append(b, tool)
 	b = append(b, `,"arguments":`...)
 	b = append(b, args...)
 	if token != "" {
 		b = append(b, `,"_meta":{"progressToken":`...)
-		b = appendString(b, token)
+		b = jsonstr.Append(b, token)
 		b = append(b, '}')
 	}
 	return append(b, "}}"...)
-}
-
-// appendString appends s as a JSON string.
-func appendString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if ch := s[i]; ch < 0x20 || ch == '"' || ch == '\\' || ch >= 0x80 {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 // sameID reports whether raw, a JSON-RPC id, is the string id.

@@ -431,6 +431,9 @@ const (
 // RunActiveStatuses are the non-terminal run states.
 var RunActiveStatuses = []string{RunQueued, RunRunning, RunPausedWaitingApproval, RunPausedWaitingTool}
 
+// RunTerminalStatuses are the states RunIsTerminal reports as ended.
+var RunTerminalStatuses = []string{RunDone, RunFailed, RunCancelled, RunInputRequired}
+
 // RunIsTerminal reports whether status is DONE, FAILED, CANCELLED or
 // INPUT_REQUIRED.
 func RunIsTerminal(status string) bool {

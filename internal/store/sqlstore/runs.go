@@ -247,9 +247,8 @@ func (q *queries) RunsEnded(ctx context.Context, runIDs []string) (map[string]bo
 	return ended, rows.Err()
 }
 
-// terminalStatuses is the SQL list of the statuses store.RunIsTerminal
-// reports as ended.
-var terminalStatuses = `('` + strings.Join([]string{store.RunDone, store.RunFailed, store.RunCancelled, store.RunInputRequired}, `', '`) + `')`
+// terminalStatuses is store.RunTerminalStatuses as an SQL list.
+var terminalStatuses = `('` + strings.Join(store.RunTerminalStatuses, `', '`) + `')`
 
 // RunTransition is the guarded state change: it updates only when the run
 // is in one of p.From. On no match it returns the current row and
