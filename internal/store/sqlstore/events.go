@@ -25,9 +25,15 @@ func unindexedType(t string) bool { return t == "agent_stream_delta" || t == "su
 const eventInsertChunk = 256
 
 // EventsAppend allocates each session's next seqs and inserts the events.
-// The seq counter is bumped with one guarded UPDATE per session inside the
-// same transaction as the insert: the row lock it takes serialises writers
-// of a session across processes, so seqs never gap or commit out of order.
+// On PostgreSQL the seq counter (sessions.last_seq) is bumped with one
+// guarded UPDATE per session inside the same transaction as the insert:
+// the row lock it takes serialises writers of a session across processes,
+// so seqs never gap or commit out of order. SQLite has one writer at a
+// time (every transaction is BEGIN IMMEDIATE), so there the next seq is
+// read from the events themselves (sqliteLastSeq) and no counter is
+// written: a commit of 12 streams' deltas wrote 25 WAL pages, 4.6 of them
+// the counters' sessions pages, and a tool call's step 3.5, one of them
+// its session's (issue 13).
 func (q *queries) EventsAppend(ctx context.Context, events []store.EventParams) ([]store.Event, error) {
 	if len(events) == 0 {
 		return nil, nil
@@ -167,6 +173,9 @@ func shapeChunks(n, max int) func(yield func(start, size int) bool) {
 // trips on PostgreSQL) and records each session's first new seq in next.
 // UPDATE … FROM (VALUES …) RETURNING works on both databases.
 func (q *queries) bumpSeqs(ctx context.Context, sessions []string, counts, next map[string]int64) error {
+	if q.d.Name == "sqlite" {
+		return q.lastSeqs(ctx, sessions, next)
+	}
 	if len(sessions) == 1 {
 		// One session (a tool call's or a run's step, most commits
 		// without streams): the plain UPDATE, which SQLite runs without
@@ -212,10 +221,71 @@ func (q *queries) bumpSeqs(ctx context.Context, sessions []string, counts, next 
 		return fmt.Errorf("allocate seqs: %w", err)
 	}
 	if found != len(sessions) {
-		for _, s := range sessions {
-			if _, ok := next[s]; !ok {
-				return fmt.Errorf("allocate seq for session %s: %w", s, store.ErrNotFound)
-			}
+		return missingSession(sessions, next)
+	}
+	return nil
+}
+
+// lastSeqs is bumpSeqs on SQLite: it records in next each session's seq
+// after its last (sqliteLastSeq), read inside the write transaction, where
+// no other writer can append to the session before it commits. The
+// inserts of this transaction's earlier appends are queued before this
+// statement and run first, so a second append in one transaction numbers
+// on from the first.
+func (q *queries) lastSeqs(ctx context.Context, sessions []string, next map[string]int64) error {
+	if len(sessions) == 1 {
+		var last int64
+		err := q.queryRow(ctx, true, `SELECT `+sqliteLastSeq+` FROM sessions s WHERE s.session_id = ?`, sessions[0]).Scan(&last)
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("allocate seq for session %s: %w", sessions[0], store.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("allocate seqs: %w", err)
+		}
+		next[sessions[0]] = last + 1
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString(`SELECT s.session_id, ` + sqliteLastSeq + ` FROM sessions s WHERE s.session_id IN (`)
+	args := make([]any, len(sessions))
+	for i, s := range sessions {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("?")
+		args[i] = s
+	}
+	b.WriteString(")")
+	rows, err := q.queryWrite(ctx, b.String(), args...)
+	if err != nil {
+		return fmt.Errorf("allocate seqs: %w", err)
+	}
+	defer rows.Close()
+	found := 0
+	var id string
+	var last int64
+	for rows.Next() {
+		if err := rows.Scan(&id, &last); err != nil {
+			return fmt.Errorf("allocate seqs: %w", err)
+		}
+		next[id] = last + 1
+		found++
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("allocate seqs: %w", err)
+	}
+	if found != len(sessions) {
+		return missingSession(sessions, next)
+	}
+	return nil
+}
+
+// missingSession is ErrNotFound for the first of sessions next has no seq
+// for.
+func missingSession(sessions []string, next map[string]int64) error {
+	for _, s := range sessions {
+		if _, ok := next[s]; !ok {
+			return fmt.Errorf("allocate seq for session %s: %w", s, store.ErrNotFound)
 		}
 	}
 	return nil

@@ -29,7 +29,7 @@ func keyset(query string, args []any, keyCol, idCol string, after *store.Cursor,
 // page costs a few index probes per row however long the sessions are.
 func (q *queries) SessionList(ctx context.Context, p *store.SessionListParams) ([]*store.SessionSummary, error) {
 	const active = `EXISTS (SELECT 1 FROM runs r WHERE r.session_id = s.session_id AND r.ended_at IS NULL)`
-	query := `SELECT s.session_id, s.user_id, s.created_at, s.last_seq, s.metadata,
+	query := `SELECT ` + q.sessionCols() + `,
 		COALESCE((SELECT e.ts FROM events e WHERE e.session_id = s.session_id ORDER BY e.seq DESC LIMIT 1), 0),
 		` + active + `,
 		(SELECT COUNT(*) FROM runs r WHERE r.session_id = s.session_id AND r.parent_run_id = '')

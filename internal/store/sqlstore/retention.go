@@ -15,8 +15,8 @@ func (q *queries) SessionListByAge(ctx context.Context, p *store.SessionListByAg
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := q.query(ctx, `SELECT `+sessionCols+` FROM sessions WHERE created_at < ? AND (created_at > ? OR (created_at = ? AND session_id > ?))
-		ORDER BY created_at, session_id LIMIT ?`, p.Before, p.AfterCreated, p.AfterCreated, p.AfterID, limit)
+	rows, err := q.query(ctx, `SELECT `+q.sessionCols()+` FROM sessions s WHERE s.created_at < ? AND (s.created_at > ? OR (s.created_at = ? AND s.session_id > ?))
+		ORDER BY s.created_at, s.session_id LIMIT ?`, p.Before, p.AfterCreated, p.AfterCreated, p.AfterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list sessions by age: %w", err)
 	}
@@ -40,7 +40,7 @@ func (q *queries) SessionActivityGet(ctx context.Context, sessionID string) (*st
 			(SELECT COUNT(*) FROM runs r WHERE r.session_id = s.session_id AND r.ended_at IS NULL),
 			COALESCE((SELECT MAX(r.started_at) FROM runs r WHERE r.session_id = s.session_id), 0),
 			COALESCE((SELECT MAX(r.ended_at) FROM runs r WHERE r.session_id = s.session_id), 0),
-			COALESCE((SELECT e.ts FROM events e WHERE e.session_id = s.session_id AND e.seq = s.last_seq), 0)
+			COALESCE((SELECT e.ts FROM events e WHERE e.session_id = s.session_id ORDER BY e.seq DESC LIMIT 1), 0)
 		FROM sessions s WHERE s.session_id = ?`, sessionID).Scan(&a.SessionID, &a.CreatedAt, &active, &lastStart, &lastEnd, &lastEvent)
 	if err != nil {
 		return nil, fmt.Errorf("session %s activity: %w", sessionID, mapErr(q.d, err))
@@ -196,10 +196,9 @@ func (q *queries) SessionGetForRun(ctx context.Context, sessionID string) (*stor
 }
 
 // sessionForRunQuery reads a session with its purge count, locking its row
-// on PostgreSQL. The session's columns are unqualified: only the subquery
-// names session_purges, and under its own alias.
+// on PostgreSQL.
 func (q *queries) sessionForRunQuery() string {
-	query := `SELECT ` + sessionCols + `,
+	query := `SELECT ` + q.sessionCols() + `,
 		(SELECT COUNT(*) FROM session_purges p WHERE p.session_id = s.session_id) FROM sessions s WHERE s.session_id = ?`
 	if q.d.Name == "postgres" {
 		query += ` FOR UPDATE OF s`
@@ -283,7 +282,16 @@ func (q *queries) SessionPurgeClaim(ctx context.Context, cur *store.SessionPurge
 
 // EventsDeleteBefore deletes the oldest events of a session while their ts
 // is before ts, at most limit: a prefix, so the rest stays gap-free.
+//
+// On SQLite the session's last seq is the events' highest (sqliteLastSeq),
+// so its floor is raised to that first: deleting every event must not let
+// the seqs start over. A commit in between only adds events above it.
 func (q *queries) EventsDeleteBefore(ctx context.Context, sessionID string, ts int64, limit int) (int, error) {
+	if q.d.Name == "sqlite" {
+		if _, err := q.exec(ctx, `UPDATE sessions AS s SET last_seq = `+sqliteLastSeq+` WHERE s.session_id = ?`, sessionID); err != nil {
+			return 0, fmt.Errorf("delete old events of %s: keep the last seq: %w", sessionID, err)
+		}
+	}
 	res, err := q.exec(ctx, `WITH head AS (SELECT seq, ts FROM events WHERE session_id = ? ORDER BY seq LIMIT ?)
 		DELETE FROM events WHERE session_id = ? AND seq <= COALESCE((SELECT MIN(seq) - 1 FROM head WHERE ts >= ?), (SELECT MAX(seq) FROM head))`,
 		sessionID, limit, sessionID, ts)

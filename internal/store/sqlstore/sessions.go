@@ -7,7 +7,21 @@ import (
 	"github.com/agentplane/agentplane/internal/store"
 )
 
-const sessionCols = `session_id, user_id, created_at, last_seq, metadata`
+// sessionCols are a session's columns, read from sessions aliased s.
+func (q *queries) sessionCols() string {
+	if q.d.Name == "sqlite" {
+		return `s.session_id, s.user_id, s.created_at, ` + sqliteLastSeq + `, s.metadata`
+	}
+	return `s.session_id, s.user_id, s.created_at, s.last_seq, s.metadata`
+}
+
+// sqliteLastSeq is the last seq of session s on SQLite, where
+// sessions.last_seq is only a floor: the highest seq in the events
+// index, or the floor when retention has deleted every event above it.
+// Appends read it instead of bumping a counter (see EventsAppend): the
+// index leaf it reads is the one the insert then writes, so no sessions
+// page is written. The MAX is one seek on the (session_id, seq) index.
+const sqliteLastSeq = `max(s.last_seq, COALESCE((SELECT MAX(e.seq) FROM events e WHERE e.session_id = s.session_id), 0))`
 
 func scanSession(row interface{ Scan(...any) error }) (*store.Session, error) {
 	var s store.Session
@@ -38,7 +52,7 @@ func (q *queries) SessionCreate(ctx context.Context, p *store.SessionCreateParam
 
 // SessionGet reads a session.
 func (q *queries) SessionGet(ctx context.Context, sessionID string) (*store.Session, error) {
-	s, err := scanSession(q.queryRow(ctx, false, `SELECT `+sessionCols+` FROM sessions WHERE session_id = ?`, sessionID))
+	s, err := scanSession(q.queryRow(ctx, false, `SELECT `+q.sessionCols()+` FROM sessions s WHERE s.session_id = ?`, sessionID))
 	if err != nil {
 		return nil, fmt.Errorf("get session %s: %w", sessionID, mapErr(q.d, err))
 	}

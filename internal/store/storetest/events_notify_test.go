@@ -94,15 +94,13 @@ func TestEventsAppendNotify(t *testing.T) {
 		}
 
 		// A conflict part-way writes nothing, bumps nothing, tells no one.
-		if _, err := raw.SQL().ExecContext(ctx, `INSERT INTO events (event_id, session_id, seq, run_id, parent_run_id, ts, type, payload) VALUES ('evt_planted_n', '`+a+`', 7, '', '', 1, 'planted', '{}')`); err != nil {
-			t.Fatal(err)
-		}
+		plantSecondRowFailure(t, raw.SQL(), dialect, a, "c2")
 		err = s.InTx(ctx, func(tx store.Queries) error {
 			_, err := tx.EventsAppendNotify(ctx, []store.EventParams{{SessionID: a, Type: "c1", TS: 6}, {SessionID: a, Type: "c2", TS: 6}}, origin, []string{a})
 			return err
 		})
 		if err == nil {
-			t.Fatal("an append over a planted seq succeeded")
+			t.Fatal("an append over a planted failure succeeded")
 		}
 		if ses, err := s.SessionGet(ctx, a); err != nil || ses.LastSeq != 5 {
 			t.Fatalf("after the refused append last_seq = %+v, %v; want 5", ses, err)
