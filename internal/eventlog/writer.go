@@ -359,6 +359,7 @@ func (w *writer) runOps(ctx context.Context, tx store.Queries, batch []*op, resu
 // in by the commit: store.Queries.EventsAppend).
 func runOps(ctx context.Context, tx store.Queries, batch []*op, results [][]store.Event, ended map[string]bool, last func(pending []store.EventParams, earlier []appended) ([]store.Event, error)) ([]appended, error) {
 	var a appends
+	a.presize(batch)
 	flush := func() error { return a.flush(ctx, tx) }
 	_, parallel := tx.(store.Parallel)
 	for i := 0; i < len(batch); {
@@ -397,6 +398,18 @@ type appends struct {
 	pending []store.EventParams
 	owners  []int
 	outs    []appended
+}
+
+// presize makes room for the events batch's ops carry (those an op's fn
+// returns may need more): one allocation each instead of one per doubling
+// for a commit of many streams' deltas.
+func (a *appends) presize(batch []*op) {
+	n := 0
+	for _, o := range batch {
+		n += len(o.events)
+	}
+	a.pending = make([]store.EventParams, 0, n)
+	a.owners = make([]int, 0, n)
 }
 
 func (a *appends) add(op int, evs []store.EventParams) {
@@ -499,6 +512,7 @@ func runAlongside(ctx context.Context, tx store.Queries, batch []*op, from, to i
 // appends their events.
 func runSessionOps(ctx context.Context, tx store.Queries, batch []*op, idx []int, results [][]store.Event, ended map[string]bool) ([]appended, error) {
 	var a appends
+	a.presize(batch)
 	flush := func() error { return a.flush(ctx, tx) }
 	for _, i := range idx {
 		results[i] = nil
@@ -515,7 +529,13 @@ func runSessionOps(ctx context.Context, tx store.Queries, batch []*op, idx []int
 }
 
 func (w *writer) finish(batch []*op, results [][]store.Event, errs []error) {
-	var all []store.Event
+	n := 0
+	for i := range batch {
+		if errs == nil || errs[i] == nil {
+			n += len(results[i])
+		}
+	}
+	all := make([]store.Event, 0, n) // one allocation, not one per doubling
 	for i := range batch {
 		if errs == nil || errs[i] == nil {
 			all = append(all, results[i]...)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/agentplane/agentplane/internal/ids"
@@ -62,27 +63,12 @@ func (q *queries) EventsAppend(ctx context.Context, events []store.EventParams) 
 		out[i] = newEvent(&events[i], next[events[i].SessionID])
 		next[events[i].SessionID]++
 	}
-	// On SQLite, OR FAIL: a multi-row INSERT whose conflict action is the
-	// default ABORT copies every page it first touches to a statement
-	// journal, so that it can undo just itself; 10 % of the server's CPU at
-	// 1,000 streams (issue 13). Any error here rolls the whole transaction
-	// back anyway (the event log retries each op alone), so FAIL's "keep the
-	// rows before the failing one" never commits.
-	insert := `INSERT INTO events (`
-	if q.d.Name == "sqlite" {
-		insert = `INSERT OR FAIL INTO events (`
-	}
+	sqlite := q.d.Name == "sqlite"
 	for start, size := range shapeChunks(len(out), eventInsertChunk) {
 		end := start + size
-		var b strings.Builder
-		b.WriteString(insert + eventCols + `) VALUES `)
 		args := make([]any, 0, (end-start)*8)
 		var sessions, runs, parents, types repeats
 		for i := start; i < end; i++ {
-			if i > start {
-				b.WriteString(", ")
-			}
-			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
 			e := &out[i]
 			// The payload as a string without a copy: an appended event's
 			// payload is never written again (it is also what the log
@@ -94,11 +80,50 @@ func (q *queries) EventsAppend(ctx context.Context, events []store.EventParams) 
 		// that is waited for (the commit, as a rule): their rows' seqs are
 		// the counters' just bumped under the sessions' row locks, so only a
 		// broken transaction fails them.
-		if err := q.execLater(ctx, b.String(), args...); err != nil {
+		if err := q.execLater(ctx, eventInsertText(sqlite, size), args...); err != nil {
 			return nil, fmt.Errorf("insert %d events: %w", end-start, err)
 		}
 	}
 	return out, nil
+}
+
+// eventInsertKey keys the texts of eventInsertText.
+type eventInsertKey struct {
+	sqlite bool
+	rows   int
+}
+
+var eventInsertTexts sync.Map // eventInsertKey → statement text
+
+// eventInsertText is the INSERT of rows events (a size shapeChunks makes,
+// so the texts are few), made once: a commit of many streams' deltas built
+// it anew for every commit.
+func eventInsertText(sqlite bool, rows int) string {
+	k := eventInsertKey{sqlite, rows}
+	if t, ok := eventInsertTexts.Load(k); ok {
+		return t.(string)
+	}
+	var b strings.Builder
+	// On SQLite, OR FAIL: a multi-row INSERT whose conflict action is the
+	// default ABORT copies every page it first touches to a statement
+	// journal, so that it can undo just itself; 10 % of the server's CPU at
+	// 1,000 streams (issue 13). Any error of it rolls the whole transaction
+	// back anyway (the event log retries each op alone), so FAIL's "keep the
+	// rows before the failing one" never commits.
+	if sqlite {
+		b.WriteString(`INSERT OR FAIL INTO events (`)
+	} else {
+		b.WriteString(`INSERT INTO events (`)
+	}
+	b.WriteString(eventCols + `) VALUES `)
+	for i := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
+	}
+	t, _ := eventInsertTexts.LoadOrStore(k, b.String())
+	return t.(string)
 }
 
 // repeats boxes a column's values for a statement's arguments, reusing the
