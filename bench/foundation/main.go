@@ -4,6 +4,7 @@
 //
 //	go run ./bench/foundation latency   # agent SSE write → client WebSocket receive, 50/200/1,000 streams × 20 deltas/s, server CPU per event
 //	go run ./bench/foundation memory    # memory per idle WebSocket connection at 10,000 connections
+//	go run ./bench/foundation walframes # WAL pages a streaming commit writes on SQLite, by b-tree
 //
 // Sustained event appends are a `go test` benchmark in this directory:
 //
@@ -23,6 +24,7 @@ const usage = `usage: go run ./bench/foundation <command> [flags]
 commands:
   latency       delivery latency, agent SSE write → client WebSocket receive
   memory        memory per idle WebSocket connection
+  walframes     WAL pages a streaming commit writes on SQLite, by b-tree (a diagnostic)
   relay         (internal) the latency baseline: a relay without persistence
   echo-server   (internal) the memory baseline: a bare gorilla/websocket echo server
 
@@ -40,6 +42,8 @@ func main() {
 		err = latencyMain(args)
 	case "memory":
 		err = memoryMain(args)
+	case "walframes":
+		err = walframesMain(args)
 	case "relay":
 		err = relayMain(args)
 	case "echo-server":
