@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/agentplane/agentplane/internal/store"
 )
@@ -68,7 +67,7 @@ type fusedAppend struct {
 	notify bool
 }
 
-var fusedAppendTexts sync.Map // fusedAppend → statement text
+var fusedAppendTexts texts[fusedAppend]
 
 // fusedAppendText is the one-statement append of n events of one session:
 // the counter's UPDATE returns the new last seq, the INSERT numbers the
@@ -81,10 +80,11 @@ var fusedAppendTexts sync.Map // fusedAppend → statement text
 // among them, run before anyone reads its answer, and only an error stops
 // them.
 func fusedAppendText(n int, notify bool) string {
-	key := fusedAppend{n, notify}
-	if s, ok := fusedAppendTexts.Load(key); ok {
-		return s.(string)
-	}
+	return fusedAppendTexts.get(fusedAppend{n, notify}, buildFusedAppend)
+}
+
+func buildFusedAppend(k fusedAppend) string {
+	n, notify := k.n, k.notify
 	var b strings.Builder
 	b.WriteString(`WITH s AS (UPDATE sessions SET last_seq = last_seq + CAST(? AS BIGINT) WHERE session_id = ? RETURNING last_seq), `)
 	b.WriteString(`ins AS (INSERT INTO events (` + eventCols + `) `)
@@ -101,9 +101,7 @@ func fusedAppendText(n int, notify bool) string {
 	} else {
 		b.WriteString(`SELECT s.last_seq FROM s`)
 	}
-	s := b.String()
-	fusedAppendTexts.Store(key, s)
-	return s
+	return b.String()
 }
 
 // appendOne appends oneSessionFew events in one statement on PostgreSQL,

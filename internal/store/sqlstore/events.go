@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"unsafe"
 
 	"github.com/agentplane/agentplane/internal/ids"
@@ -93,16 +92,15 @@ type eventInsertKey struct {
 	rows   int
 }
 
-var eventInsertTexts sync.Map // eventInsertKey → statement text
+var eventInsertTexts texts[eventInsertKey]
 
 // eventInsertText is the INSERT of rows events (a size shapeChunks makes,
-// so the texts are few), made once: a commit of many streams' deltas built
-// it anew for every commit.
+// so the texts are few).
 func eventInsertText(sqlite bool, rows int) string {
-	k := eventInsertKey{sqlite, rows}
-	if t, ok := eventInsertTexts.Load(k); ok {
-		return t.(string)
-	}
+	return eventInsertTexts.get(eventInsertKey{sqlite, rows}, buildEventInsert)
+}
+
+func buildEventInsert(k eventInsertKey) string {
 	var b strings.Builder
 	// On SQLite, OR FAIL: a multi-row INSERT whose conflict action is the
 	// default ABORT copies every page it first touches to a statement
@@ -110,20 +108,19 @@ func eventInsertText(sqlite bool, rows int) string {
 	// 1,000 streams (issue 13). Any error of it rolls the whole transaction
 	// back anyway (the event log retries each op alone), so FAIL's "keep the
 	// rows before the failing one" never commits.
-	if sqlite {
+	if k.sqlite {
 		b.WriteString(`INSERT OR FAIL INTO events (`)
 	} else {
 		b.WriteString(`INSERT INTO events (`)
 	}
 	b.WriteString(eventCols + `) VALUES `)
-	for i := range rows {
+	for i := range k.rows {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
 	}
-	t, _ := eventInsertTexts.LoadOrStore(k, b.String())
-	return t.(string)
+	return b.String()
 }
 
 // repeats boxes a column's values for a statement's arguments, reusing the
@@ -216,39 +213,16 @@ func (q *queries) bumpSeqs(ctx context.Context, sessions []string, counts, next 
 		next[sessions[0]] = last - counts[sessions[0]] + 1
 		return nil
 	}
-	var b strings.Builder
-	b.WriteString(`UPDATE sessions SET last_seq = last_seq + v.column2 FROM (VALUES `)
 	args := make([]any, 0, 2*len(sessions))
-	for i, s := range sessions {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("(CAST(? AS TEXT), CAST(? AS BIGINT))")
+	for _, s := range sessions {
 		args = append(args, s, counts[s])
 	}
-	b.WriteString(`) AS v WHERE sessions.session_id = v.column1 RETURNING sessions.session_id, sessions.last_seq`)
-	rows, err := q.queryWrite(ctx, b.String(), args...)
+	rows, err := q.queryWrite(ctx, bumpSeqsTexts.get(len(sessions), buildBumpSeqs), args...)
 	if err != nil {
 		return fmt.Errorf("allocate seqs: %w", err)
 	}
-	defer rows.Close()
-	found := 0
-	var id string // scanned into: declared once, not a pair of heap cells per row
-	var last int64
-	for rows.Next() {
-		if err := rows.Scan(&id, &last); err != nil {
-			return fmt.Errorf("allocate seqs: %w", err)
-		}
-		next[id] = last - counts[id] + 1
-		found++
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("allocate seqs: %w", err)
-	}
-	if found != len(sessions) {
-		return missingSession(sessions, next)
-	}
-	return nil
+	// The counter's new value is the last of the session's new seqs.
+	return readSeqs(rows, sessions, next, func(id string, last int64) int64 { return last - counts[id] + 1 })
 }
 
 // lastSeqs is bumpSeqs on SQLite: it records in next each session's seq
@@ -270,44 +244,68 @@ func (q *queries) lastSeqs(ctx context.Context, sessions []string, next map[stri
 		next[sessions[0]] = last + 1
 		return nil
 	}
-	var b strings.Builder
-	b.WriteString(`SELECT s.session_id, ` + sqliteLastSeq + ` FROM sessions s WHERE s.session_id IN (`)
 	args := make([]any, len(sessions))
 	for i, s := range sessions {
+		args[i] = s
+	}
+	rows, err := q.queryWrite(ctx, lastSeqsTexts.get(len(sessions), buildLastSeqs), args...)
+	if err != nil {
+		return fmt.Errorf("allocate seqs: %w", err)
+	}
+	return readSeqs(rows, sessions, next, func(_ string, last int64) int64 { return last + 1 })
+}
+
+// bumpSeqsTexts and lastSeqsTexts hold bumpSeqs' and lastSeqs' statements
+// by their number of sessions (a size shapeChunks makes: the texts are few).
+var bumpSeqsTexts, lastSeqsTexts texts[int]
+
+func buildBumpSeqs(sessions int) string {
+	var b strings.Builder
+	b.WriteString(`UPDATE sessions SET last_seq = last_seq + v.column2 FROM (VALUES `)
+	for i := range sessions {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(CAST(? AS TEXT), CAST(? AS BIGINT))")
+	}
+	b.WriteString(`) AS v WHERE sessions.session_id = v.column1 RETURNING sessions.session_id, sessions.last_seq`)
+	return b.String()
+}
+
+func buildLastSeqs(sessions int) string {
+	var b strings.Builder
+	b.WriteString(`SELECT s.session_id, ` + sqliteLastSeq + ` FROM sessions s WHERE s.session_id IN (`)
+	for i := range sessions {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		b.WriteString("?")
-		args[i] = s
 	}
 	b.WriteString(")")
-	rows, err := q.queryWrite(ctx, b.String(), args...)
-	if err != nil {
-		return fmt.Errorf("allocate seqs: %w", err)
-	}
+	return b.String()
+}
+
+// readSeqs reads rows of (session id, last seq) into next as each
+// session's first new seq, first(id, last), and closes rows. A session of
+// sessions without a row does not exist: ErrNotFound.
+func readSeqs(rows *rows, sessions []string, next map[string]int64, first func(id string, last int64) int64) error {
 	defer rows.Close()
 	found := 0
-	var id string
+	var id string // scanned into: declared once, not a pair of heap cells per row
 	var last int64
 	for rows.Next() {
 		if err := rows.Scan(&id, &last); err != nil {
 			return fmt.Errorf("allocate seqs: %w", err)
 		}
-		next[id] = last + 1
+		next[id] = first(id, last)
 		found++
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("allocate seqs: %w", err)
 	}
-	if found != len(sessions) {
-		return missingSession(sessions, next)
+	if found == len(sessions) {
+		return nil
 	}
-	return nil
-}
-
-// missingSession is ErrNotFound for the first of sessions next has no seq
-// for.
-func missingSession(sessions []string, next map[string]int64) error {
 	for _, s := range sessions {
 		if _, ok := next[s]; !ok {
 			return fmt.Errorf("allocate seq for session %s: %w", s, store.ErrNotFound)
