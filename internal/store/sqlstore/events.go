@@ -31,9 +31,9 @@ const eventInsertChunk = 256
 // so seqs never gap or commit out of order. SQLite has one writer at a
 // time (every transaction is BEGIN IMMEDIATE), so there the next seq is
 // read from the events themselves (sqliteLastSeq) and no counter is
-// written: a commit of 12 streams' deltas wrote 25 WAL pages, 4.6 of them
-// the counters' sessions pages, and a tool call's step 3.5, one of them
-// its session's (issue 13).
+// written: a commit of 12 streams' deltas wrote 24.1 WAL pages, 3.9 of
+// them the counters' sessions pages, and a tool call's step 3.6, one of
+// them its session's (issue 13; go run ./bench/foundation walframes).
 func (q *queries) EventsAppend(ctx context.Context, events []store.EventParams) ([]store.Event, error) {
 	if len(events) == 0 {
 		return nil, nil
@@ -232,18 +232,6 @@ func (q *queries) bumpSeqs(ctx context.Context, sessions []string, counts, next 
 // statement and run first, so a second append in one transaction numbers
 // on from the first.
 func (q *queries) lastSeqs(ctx context.Context, sessions []string, next map[string]int64) error {
-	if len(sessions) == 1 {
-		var last int64
-		err := q.queryRow(ctx, true, `SELECT `+sqliteLastSeq+` FROM sessions s WHERE s.session_id = ?`, sessions[0]).Scan(&last)
-		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("allocate seq for session %s: %w", sessions[0], store.ErrNotFound)
-		}
-		if err != nil {
-			return fmt.Errorf("allocate seqs: %w", err)
-		}
-		next[sessions[0]] = last + 1
-		return nil
-	}
 	args := make([]any, len(sessions))
 	for i, s := range sessions {
 		args[i] = s

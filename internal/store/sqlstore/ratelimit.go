@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/agentplane/agentplane/internal/store"
 )
@@ -15,14 +14,15 @@ import (
 // on the row and a new key starts full. In the SET clause every column
 // reference reads the row before the update. Written with the dialect's
 // names for scalar min/max and floor.
-var rateTakeSQL sync.Map // dialect -> query
+var rateTakeSQL texts[string] // dialect name -> query
 
 func rateTakeQuery(d *Dialect) string {
-	if q, ok := rateTakeSQL.Load(d.Name); ok {
-		return q.(string)
-	}
+	return rateTakeSQL.get(d.Name, buildRateTake)
+}
+
+func buildRateTake(dialect string) string {
 	least, greatest, floor := "MIN", "MAX", "CAST(%s AS INTEGER)"
-	if d.Name == "postgres" {
+	if dialect == "postgres" {
 		least, greatest, floor = "LEAST", "GREATEST", "FLOOR(%s)"
 	}
 	// :burst, :want, :now, :rate are expanded into positional placeholders.
@@ -35,7 +35,6 @@ func rateTakeQuery(d *Dialect) string {
 			tokens = ` + refilled + ` - ` + granted + `,
 			updated_at = ` + greatest + `(b.updated_at, :now)
 		RETURNING granted, tokens`
-	rateTakeSQL.Store(d.Name, q)
 	return q
 }
 

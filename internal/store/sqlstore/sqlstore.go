@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/agentplane/agentplane/internal/store"
 )
@@ -210,7 +209,7 @@ func (q *queries) prepared(ctx context.Context, write bool, query string) *sql.S
 	return c.get(ctx, q.bind(query))
 }
 
-var rebound sync.Map // query text -> numbered form
+var rebound texts[string] // query text -> numbered form
 
 // sqliteParams keeps SQLite from re-planning prepared statements. Since
 // 3.47 its planner reads the bound value of a bare parameter in two
@@ -225,7 +224,7 @@ var rebound sync.Map // query text -> numbered form
 // type "+$n" as a number, so it keeps the plain form.
 var sqliteParams = strings.NewReplacer("LIMIT ?", "LIMIT +?", "type = ?", "type = +?", "parent_run_id = ?", "parent_run_id = +?")
 
-var sqliteBound sync.Map // query text -> SQLite form
+var sqliteBound texts[string] // query text -> SQLite form
 
 // inSession is the condition, its arguments and the ORDER BY prefix (in
 // direction dir, "ASC" or "DESC") of a statement that wants a session's
@@ -251,16 +250,13 @@ func (q *queries) inSession(sessionID, dir string) (cond, orderBy string, args [
 // cached.
 func (q *queries) bind(query string) string {
 	if !q.d.Numbered {
-		if s, ok := sqliteBound.Load(query); ok {
-			return s.(string)
-		}
-		s := sqliteParams.Replace(query)
-		sqliteBound.Store(query, s)
-		return s
+		return sqliteBound.get(query, sqliteParams.Replace)
 	}
-	if s, ok := rebound.Load(query); ok {
-		return s.(string)
-	}
+	return rebound.get(query, numberParams)
+}
+
+// numberParams numbers query's "?" placeholders $1, $2, ….
+func numberParams(query string) string {
 	var b strings.Builder
 	n := 0
 	for i := 0; i < len(query); i++ {
@@ -272,9 +268,7 @@ func (q *queries) bind(query string) string {
 		}
 		b.WriteByte(query[i])
 	}
-	s := b.String()
-	rebound.Store(query, s)
-	return s
+	return b.String()
 }
 
 // Every statement goes through exec, queryRow, query or queryWrite: they
