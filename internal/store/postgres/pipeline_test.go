@@ -255,6 +255,17 @@ func TestPipelinedTransactionRoundTrips(t *testing.T) {
 		_, err := tx.EventsAppendNotify(ctx, []store.EventParams{{SessionID: "s1", RunID: runID, TS: 1, Type: "state"}}, "o", []string{"s1"})
 		return err
 	})
+	if _, err := st.SessionCreate(ctx, &store.SessionCreateParams{SessionID: "s2", UserID: "u", CreatedAt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	turns("a delivery batch: several sessions' events with their NOTIFY", 1, func(tx store.Queries) error {
+		out, err := tx.EventsAppendNotify(ctx, []store.EventParams{{SessionID: "s1", TS: 1, Type: "d"}, {SessionID: "s2", TS: 1, Type: "d"},
+			{SessionID: "s1", TS: 1, Type: "d"}}, "o", []string{"s1", "s2"})
+		if err == nil && (out[0].Seq == 0 || out[2].Seq != out[0].Seq+1) {
+			err = fmt.Errorf("seqs %d, %d, %d", out[0].Seq, out[1].Seq, out[2].Seq)
+		}
+		return err
+	})
 	turns("the session with the newest run, then the commit", 2, func(tx store.Queries) error {
 		_, _, r, err := tx.SessionGetForRunLatest(ctx, "s1", &store.RunLatestParams{SessionID: "s1", RootOnly: true})
 		if err == nil && (r == nil || r.RunID != runID) {

@@ -25,35 +25,39 @@ func unindexedType(t string) bool { return t == "agent_stream_delta" || t == "su
 const eventInsertChunk = 256
 
 // EventsAppend allocates each session's next seqs and inserts the events.
-// On PostgreSQL the seq counter (sessions.last_seq) is bumped with one
-// guarded UPDATE per session inside the same transaction as the insert:
-// the row lock it takes serialises writers of a session across processes,
-// so seqs never gap or commit out of order. SQLite has one writer at a
-// time (every transaction is BEGIN IMMEDIATE), so there the next seq is
-// read from the events themselves (sqliteLastSeq) and no counter is
-// written: a commit of 12 streams' deltas wrote 24.1 WAL pages, 3.9 of
-// them the counters' sessions pages, and a tool call's step 3.6, one of
-// them its session's (issue 13; go run ./bench/foundation walframes).
+// On PostgreSQL the seq counter (sessions.last_seq) is bumped inside the
+// same transaction as the insert, by the statement that inserts
+// (appendOne, appendMany): the row lock it takes serialises writers of a
+// session across processes, so seqs never gap or commit out of order.
+// SQLite has one writer at a time (every transaction is BEGIN IMMEDIATE),
+// so there the next seq is read from the events themselves (sqliteLastSeq)
+// and no counter is written: a commit of 12 streams' deltas wrote 24.1 WAL
+// pages, 3.9 of them the counters' sessions pages, and a tool call's step
+// 3.6, one of them its session's (issue 13; go run ./bench/foundation
+// walframes).
 func (q *queries) EventsAppend(ctx context.Context, events []store.EventParams) ([]store.Event, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
-	if q.d.Name == "postgres" && oneSessionFew(events) {
-		// The bump and the insert in one statement: one round trip.
-		return q.appendOne(ctx, events, "")
+	if q.d.Name == "postgres" {
+		if oneSessionFew(events) {
+			// The bump and the insert in one statement: one round trip.
+			return q.appendOne(ctx, events, "")
+		}
+		return q.appendMany(ctx, events)
 	}
-	counts := make(map[string]int64, 4)
+	// SQLite: each session's next seq, read inside the write transaction.
+	seen := make(map[string]bool, 4)
 	var order []string
 	for i := range events {
-		s := events[i].SessionID
-		if counts[s] == 0 {
+		if s := events[i].SessionID; !seen[s] {
+			seen[s] = true
 			order = append(order, s)
 		}
-		counts[s]++
 	}
 	next := make(map[string]int64, len(order))
 	for start, size := range shapeChunks(len(order), seqUpdateChunk) {
-		if err := q.bumpSeqs(ctx, order[start:start+size], counts, next); err != nil {
+		if err := q.lastSeqs(ctx, order[start:start+size], next); err != nil {
 			return nil, err
 		}
 	}
@@ -62,7 +66,6 @@ func (q *queries) EventsAppend(ctx context.Context, events []store.EventParams) 
 		out[i] = newEvent(&events[i], next[events[i].SessionID])
 		next[events[i].SessionID]++
 	}
-	sqlite := q.d.Name == "sqlite"
 	for start, size := range shapeChunks(len(out), eventInsertChunk) {
 		end := start + size
 		args := make([]any, 0, (end-start)*8)
@@ -75,46 +78,31 @@ func (q *queries) EventsAppend(ctx context.Context, events []store.EventParams) 
 			args = append(args, e.EventID, sessions.box(e.SessionID), e.Seq, runs.box(e.RunID), parents.box(e.ParentRunID), e.TS,
 				types.box(e.Type), unsafe.String(unsafe.SliceData(e.Payload), len(e.Payload)))
 		}
-		// In a pipelined transaction the inserts go with the next statement
-		// that is waited for (the commit, as a rule): their rows' seqs are
-		// the counters' just bumped under the sessions' row locks, so only a
-		// broken transaction fails them.
-		if err := q.execLater(ctx, eventInsertText(sqlite, size), args...); err != nil {
+		if err := q.execLater(ctx, eventInsertText(size), args...); err != nil {
 			return nil, fmt.Errorf("insert %d events: %w", end-start, err)
 		}
 	}
 	return out, nil
 }
 
-// eventInsertKey keys the texts of eventInsertText.
-type eventInsertKey struct {
-	sqlite bool
-	rows   int
+var eventInsertTexts texts[int]
+
+// eventInsertText is SQLite's INSERT of rows events (a size shapeChunks
+// makes, so the texts are few).
+func eventInsertText(rows int) string {
+	return eventInsertTexts.get(rows, buildEventInsert)
 }
 
-var eventInsertTexts texts[eventInsertKey]
-
-// eventInsertText is the INSERT of rows events (a size shapeChunks makes,
-// so the texts are few).
-func eventInsertText(sqlite bool, rows int) string {
-	return eventInsertTexts.get(eventInsertKey{sqlite, rows}, buildEventInsert)
-}
-
-func buildEventInsert(k eventInsertKey) string {
+func buildEventInsert(rows int) string {
 	var b strings.Builder
-	// On SQLite, OR FAIL: a multi-row INSERT whose conflict action is the
-	// default ABORT copies every page it first touches to a statement
-	// journal, so that it can undo just itself; 10 % of the server's CPU at
-	// 1,000 streams (issue 13). Any error of it rolls the whole transaction
-	// back anyway (the event log retries each op alone), so FAIL's "keep the
+	// OR FAIL: a multi-row INSERT whose conflict action is the default
+	// ABORT copies every page it first touches to a statement journal, so
+	// that it can undo just itself; 10 % of the server's CPU at 1,000
+	// streams (issue 13). Any error of it rolls the whole transaction back
+	// anyway (the event log retries each op alone), so FAIL's "keep the
 	// rows before the failing one" never commits.
-	if k.sqlite {
-		b.WriteString(`INSERT OR FAIL INTO events (`)
-	} else {
-		b.WriteString(`INSERT INTO events (`)
-	}
-	b.WriteString(eventCols + `) VALUES `)
-	for i := range k.rows {
+	b.WriteString(`INSERT OR FAIL INTO events (` + eventCols + `) VALUES `)
+	for i := range rows {
 		if i > 0 {
 			b.WriteString(", ")
 		}
@@ -152,7 +140,7 @@ func newEvent(p *store.EventParams, seq int64) store.Event {
 	}
 }
 
-// seqUpdateChunk bounds the sessions whose counters one statement bumps.
+// seqUpdateChunk bounds the sessions whose last seqs one statement reads.
 const seqUpdateChunk = 256
 
 // exactChunk: up to this many rows go in one statement of exactly that
@@ -190,43 +178,8 @@ func shapeChunks(n, max int) func(yield func(start, size int) bool) {
 	}
 }
 
-// bumpSeqs advances the counters of sessions in ONE statement (a batch of
-// 200 streaming sessions would otherwise cost 200 statements — 200 round
-// trips on PostgreSQL) and records each session's first new seq in next.
-// UPDATE … FROM (VALUES …) RETURNING works on both databases.
-func (q *queries) bumpSeqs(ctx context.Context, sessions []string, counts, next map[string]int64) error {
-	if q.d.Name == "sqlite" {
-		return q.lastSeqs(ctx, sessions, next)
-	}
-	if len(sessions) == 1 {
-		// One session (a tool call's or a run's step, most commits
-		// without streams): the plain UPDATE, which SQLite runs without
-		// the join's ephemeral table.
-		var last int64
-		err := q.queryRow(ctx, true, `UPDATE sessions SET last_seq = last_seq + ? WHERE session_id = ? RETURNING last_seq`, counts[sessions[0]], sessions[0]).Scan(&last)
-		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("allocate seq for session %s: %w", sessions[0], store.ErrNotFound)
-		}
-		if err != nil {
-			return fmt.Errorf("allocate seqs: %w", err)
-		}
-		next[sessions[0]] = last - counts[sessions[0]] + 1
-		return nil
-	}
-	args := make([]any, 0, 2*len(sessions))
-	for _, s := range sessions {
-		args = append(args, s, counts[s])
-	}
-	rows, err := q.queryWrite(ctx, bumpSeqsTexts.get(len(sessions), buildBumpSeqs), args...)
-	if err != nil {
-		return fmt.Errorf("allocate seqs: %w", err)
-	}
-	// The counter's new value is the last of the session's new seqs.
-	return readSeqs(rows, sessions, next, func(id string, last int64) int64 { return last - counts[id] + 1 })
-}
-
-// lastSeqs is bumpSeqs on SQLite: it records in next each session's seq
-// after its last (sqliteLastSeq), read inside the write transaction, where
+// lastSeqs records in next each session's seq after its last
+// (sqliteLastSeq), read inside SQLite's write transaction, where
 // no other writer can append to the session before it commits. The
 // inserts of this transaction's earlier appends are queued before this
 // statement and run first, so a second append in one transaction numbers
@@ -240,25 +193,12 @@ func (q *queries) lastSeqs(ctx context.Context, sessions []string, next map[stri
 	if err != nil {
 		return fmt.Errorf("allocate seqs: %w", err)
 	}
-	return readSeqs(rows, sessions, next, func(_ string, last int64) int64 { return last + 1 })
+	return readSeqs(rows, sessions, next)
 }
 
-// bumpSeqsTexts and lastSeqsTexts hold bumpSeqs' and lastSeqs' statements
-// by their number of sessions (a size shapeChunks makes: the texts are few).
-var bumpSeqsTexts, lastSeqsTexts texts[int]
-
-func buildBumpSeqs(sessions int) string {
-	var b strings.Builder
-	b.WriteString(`UPDATE sessions SET last_seq = last_seq + v.column2 FROM (VALUES `)
-	for i := range sessions {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("(CAST(? AS TEXT), CAST(? AS BIGINT))")
-	}
-	b.WriteString(`) AS v WHERE sessions.session_id = v.column1 RETURNING sessions.session_id, sessions.last_seq`)
-	return b.String()
-}
+// lastSeqsTexts holds lastSeqs' statements by their number of sessions (a
+// size shapeChunks makes: the texts are few).
+var lastSeqsTexts texts[int]
 
 func buildLastSeqs(sessions int) string {
 	var b strings.Builder
@@ -274,9 +214,9 @@ func buildLastSeqs(sessions int) string {
 }
 
 // readSeqs reads rows of (session id, last seq) into next as each
-// session's first new seq, first(id, last), and closes rows. A session of
-// sessions without a row does not exist: ErrNotFound.
-func readSeqs(rows *rows, sessions []string, next map[string]int64, first func(id string, last int64) int64) error {
+// session's first new seq, and closes rows. A session of sessions without
+// a row does not exist: ErrNotFound.
+func readSeqs(rows *rows, sessions []string, next map[string]int64) error {
 	defer rows.Close()
 	found := 0
 	var id string // scanned into: declared once, not a pair of heap cells per row
@@ -285,7 +225,7 @@ func readSeqs(rows *rows, sessions []string, next map[string]int64, first func(i
 		if err := rows.Scan(&id, &last); err != nil {
 			return fmt.Errorf("allocate seqs: %w", err)
 		}
-		next[id] = first(id, last)
+		next[id] = last + 1
 		found++
 	}
 	if err := rows.Err(); err != nil {
