@@ -12,11 +12,12 @@ import (
 )
 
 // An append of many sessions' events (a delivery batch) numbers each
-// session's events on from its last seq, in the batch's order, also when
+// session's events on from its last seq, in the batch's order: also when
 // the batch is split into several statements and a session's events are in
-// more than one; session ids whose byte order is not the database's
-// collation order get their own seqs; and a batch naming a session that
-// does not exist is ErrNotFound and writes nothing.
+// more than one, and when its sessions are more than one statement bumps.
+// Session ids whose byte order is not the database's collation order get
+// their own seqs, and a batch naming a session that does not exist is
+// ErrNotFound and writes nothing.
 func TestEventsAppendManySessions(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, dialect string) {
 		s := testdb.Open(t, dialect)
@@ -88,6 +89,33 @@ func TestEventsAppendManySessions(t *testing.T) {
 			if got := byID[e.EventID]; got.Seq != e.Seq || string(got.Payload) != string(batch[i].Payload) {
 				t.Fatalf("event %d stored as %+v, appended %+v", i, got, e)
 			}
+		}
+
+		// More sessions than one statement bumps (256): 300 sessions, the
+		// first ones twice, the second time after all the others.
+		wide := make([]string, 300)
+		var wideBatch []store.EventParams
+		for i := range wide {
+			wide[i] = newSession(t, s)
+			wideBatch = append(wideBatch, store.EventParams{SessionID: wide[i], TS: 1, Type: "wide"})
+		}
+		for i := range 20 {
+			wideBatch = append(wideBatch, store.EventParams{SessionID: wide[i], TS: 2, Type: "wide"})
+		}
+		wideOut, err := s.EventsAppend(ctx, wideBatch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range wideOut {
+			if want := int64(1 + i/300); e.SessionID != wideBatch[i].SessionID || e.Seq != want {
+				t.Fatalf("wide batch event %d: session %s seq %d, want %s seq %d", i, e.SessionID, e.Seq, wideBatch[i].SessionID, want)
+			}
+		}
+		if evs, err := s.EventsList(ctx, &store.EventsListParams{SessionID: wide[299]}); err != nil || len(evs) != 1 || evs[0].Seq != 1 {
+			t.Fatalf("the 300th session holds %+v, %v", evs, err)
+		}
+		if evs, err := s.EventsList(ctx, &store.EventsListParams{SessionID: wide[3]}); err != nil || len(evs) != 2 || evs[1].Seq != 2 || evs[1].TS != 2 {
+			t.Fatalf("the 4th session holds %+v, %v", evs, err)
 		}
 
 		// A session that does not exist, among others.
