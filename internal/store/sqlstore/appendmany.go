@@ -49,20 +49,17 @@ func (q *queries) appendMany(ctx context.Context, events []store.EventParams) ([
 		out[i] = newEvent(&events[i], k[s])
 		after[i] = counts[s] - k[s]
 	}
-	var spans [][2]int
-	for start, size := range shapeChunks(len(order), seqUpdateChunk) {
-		spans = append(spans, [2]int{start, size})
-	}
 	last := make(map[string]int64, len(counts))
-	for j, span := range spans {
-		start, size := span[0], span[1]
-		final := j == len(spans)-1 // its row is read last: every counter is known then
+	for start, size := range shapeChunks(len(order), seqUpdateChunk) {
+		// By id: the statement's counters come back in this order (COLLATE
+		// "C": by bytes), and its VALUES list the rows in one order for
+		// every transaction.
 		sessions := slices.Clone(order[start : start+size])
+		slices.Sort(sessions)
 		args := make([]any, 0, 2*size)
 		for _, s := range sessions {
 			args = append(args, s, counts[s])
 		}
-		slices.Sort(sessions) // the statement's counters come in this order (COLLATE "C": by bytes)
 		err := q.rowLater(ctx, bumpSeqsTexts.get(size, buildBumpSeqs), args, func(r *row) error {
 			var lasts string
 			if err := r.Scan(&lasts); err != nil {
@@ -71,7 +68,7 @@ func (q *queries) appendMany(ctx context.Context, events []store.EventParams) ([
 			if err := readLasts(lasts, sessions, last); err != nil {
 				return err
 			}
-			if final {
+			if len(last) == len(counts) { // the last bump's row: every counter is known
 				for i := range out {
 					s := out[i].SessionID
 					out[i].Seq += last[s] - counts[s]
