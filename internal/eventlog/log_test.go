@@ -405,6 +405,40 @@ func TestAppendBehindCommitsAfterTheLinger(t *testing.T) {
 	})
 }
 
+// By default a lone write-behind append (an LLM call's record) waits the
+// 50 ms of DefaultBehindLinger for company before it commits: at 1,000
+// calls/s that shares a commit's fixed cost ~50 ways (issue 13). Load can
+// only make the commit later, so the lower bound is what is checked.
+func TestAppendBehindDefaultLingerIs50ms(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		st := testdb.Open(t, dialect)
+		l := New(st, Options{})
+		defer l.Stop()
+		sid := session(t, st)
+		committed := make(chan time.Duration, 1)
+		start := time.Now()
+		if err := l.AppendBehind(context.Background(), func(_ []store.Event, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			committed <- time.Since(start)
+		}, ev(sid, "llm", 1)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case d := <-committed:
+			if d < 45*time.Millisecond {
+				t.Fatalf("a lone write-behind append committed after %v, want it to linger ~50 ms", d)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the write-behind append never committed")
+		}
+		if _, commits := l.Stats(); commits != 1 {
+			t.Fatalf("%d commits, want 1", commits)
+		}
+	})
+}
+
 // listCounter counts the store reads of event listings.
 type listCounter struct {
 	store.Store
