@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -370,6 +371,67 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	if d.Outcome != "cancelled" || !d.Partial || d.Chunks != 2 {
 		t.Errorf("done = %+v", d)
 	}
+}
+
+// A stream's headers reach the client before a slow first event does: a
+// reasoning model can think for minutes before its first token, and a
+// client's header timeout must not fire meanwhile. (Holding them for the
+// first event to share a write was measured and saved nothing: BENCHMARKS.md.)
+func TestStreamHeadersDoNotWaitForASlowFirstEvent(t *testing.T) {
+	// openStream returns once the client has the response's headers; it
+	// fails the test if they do not come within 10 s.
+	openStream := func(t *testing.T, e *env) *http.Response {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		t.Cleanup(cancel)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.srv.URL+"/v1/chat/completions",
+			bytes.NewReader(chatBody("fake-gpt", "think first", true)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+agentKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("no headers while the first event was held back: %v", err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+			t.Fatalf("got %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		return resp
+	}
+
+	t.Run("no event yet", func(t *testing.T) {
+		up := newUpstream(t, fakellm.Options{})
+		e := newEnv(t, singleUpstream(up))
+		up.fake.Push(fakellm.Fault{BodyDelay: time.Minute})
+		resp := openStream(t, e)
+		resp.Body.Close()
+		if d := e.rec.waitDone(t); d.Outcome != "cancelled" || d.Status != http.StatusOK {
+			t.Errorf("done = %+v", d)
+		}
+		<-up.gone
+	})
+
+	t.Run("the first read ends inside an event", func(t *testing.T) {
+		release := make(chan struct{})
+		defer close(release)
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Write([]byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk",`))
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		}))
+		defer up.Close()
+		e := newEnv(t, llmproxy.ConfigFromEnv(up.URL+"/v1", upstreamKey))
+		openStream(t, e).Body.Close()
+		if d := e.rec.waitDone(t); d.Outcome != "cancelled" {
+			t.Errorf("done = %+v", d)
+		}
+	})
 }
 
 func TestTimeouts(t *testing.T) {

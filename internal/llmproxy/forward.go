@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -34,7 +35,14 @@ func copyHeader(dst, src http.Header) {
 
 func isEventStream(h http.Header) bool {
 	ct := h.Get("Content-Type")
-	if ct == "" {
+	// The spellings upstreams send, without the parser and its map (its
+	// two allocations, on every call).
+	switch {
+	case ct == "":
+		return false
+	case strings.HasPrefix(ct, "text/event-stream") && (len(ct) == len("text/event-stream") || ct[len("text/event-stream")] == ';'):
+		return true
+	case strings.HasPrefix(ct, "application/json"):
 		return false
 	}
 	mt, _, err := mime.ParseMediaType(ct)

@@ -2,6 +2,7 @@ package llmproxy
 
 import (
 	"encoding/json"
+	"mime"
 	"net/http"
 	"testing"
 	"time"
@@ -102,6 +103,31 @@ func TestEventEnd(t *testing.T) {
 	} {
 		if got := eventEnd([]byte(in)); got != want {
 			t.Errorf("eventEnd(%q) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+func TestIsEventStream(t *testing.T) {
+	for ct, want := range map[string]bool{
+		"text/event-stream":                   true,
+		"text/event-stream; charset=utf-8":    true,
+		"text/event-stream;charset=utf-8":     true,
+		"Text/Event-Stream":                   true, // the parser's case folding
+		"text/event-stream ; charset=utf-8":   true,
+		"text/event-streamx":                  false,
+		"text/event-streaming; charset=utf-8": false,
+		"application/json":                    false,
+		"application/json; charset=utf-8":     false,
+		"text/plain":                          false,
+		"":                                    false,
+		"not a media type;;":                  false,
+	} {
+		h := http.Header{}
+		if ct != "" {
+			h.Set("Content-Type", ct)
+		}
+		if got := isEventStream(h); got != want {
+			t.Errorf("isEventStream(%q) = %v, want %v", ct, got, want)
 		}
 	}
 }
@@ -227,5 +253,26 @@ func BenchmarkParseUsage(b *testing.B) {
 		if _, ok := parseUsage(u); !ok {
 			b.Fatal("parse")
 		}
+	}
+}
+
+// BenchmarkIsEventStream is a micro-benchmark of the check every answer
+// passes through, against the media-type parser it used to be (the baseline).
+func BenchmarkIsEventStream(b *testing.B) {
+	for _, ct := range []string{"text/event-stream; charset=utf-8", "application/json"} {
+		h := http.Header{"Content-Type": {ct}}
+		b.Run(ct+"/parser", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
+				_ = err == nil && mt == "text/event-stream"
+			}
+		})
+		b.Run(ct+"/isEventStream", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				isEventStream(h)
+			}
+		})
 	}
 }
