@@ -49,8 +49,8 @@ func runReverse(target string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	serveChild(&httputil.ReverseProxy{
+	serveChild(fullDuplex(&httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(u) },
 		Transport: upstreamTransport(),
-	})
+	}))
 }
