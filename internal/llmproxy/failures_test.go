@@ -405,8 +405,7 @@ func TestStreamHeadersDoNotWaitForASlowFirstEvent(t *testing.T) {
 		up := newUpstream(t, fakellm.Options{})
 		e := newEnv(t, singleUpstream(up))
 		up.fake.Push(fakellm.Fault{BodyDelay: time.Minute})
-		resp := openStream(t, e)
-		resp.Body.Close()
+		openStream(t, e).Body.Close()
 		if d := e.rec.waitDone(t); d.Outcome != "cancelled" || d.Status != http.StatusOK {
 			t.Errorf("done = %+v", d)
 		}

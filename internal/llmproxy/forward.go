@@ -37,12 +37,10 @@ func isEventStream(h http.Header) bool {
 	ct := h.Get("Content-Type")
 	// The spellings upstreams send, without the parser and its map (its
 	// two allocations, on every call).
-	switch {
-	case ct == "":
-		return false
-	case strings.HasPrefix(ct, "text/event-stream") && (len(ct) == len("text/event-stream") || ct[len("text/event-stream")] == ';'):
+	if rest, ok := strings.CutPrefix(ct, "text/event-stream"); ok && (rest == "" || rest[0] == ';') {
 		return true
-	case strings.HasPrefix(ct, "application/json"):
+	}
+	if ct == "" || strings.HasPrefix(ct, "application/json") {
 		return false
 	}
 	mt, _, err := mime.ParseMediaType(ct)
