@@ -41,6 +41,9 @@ type direct struct {
 	// (the driver copies them into SQLite when it binds them and keeps no
 	// reference): a tool call's statements allocated 3 KB of them.
 	named []driver.NamedValue
+	// memo is what conn remembers between transactions (memo.go); nil
+	// when the driver cannot tell it of changes.
+	memo *sqlstore.WriteMemo
 }
 
 // pipeline is the dialect's Pipeline: fn's transaction on conn, whose
@@ -54,6 +57,7 @@ func (d *direct) pipeline(ctx context.Context, conn *sql.Conn, fn func(sqlstore.
 			// A new connection (the pool replaced a broken one): the
 			// old statements went with it.
 			d.conn, d.stmts = dc, map[string]driver.Stmt{}
+			d.memo = watch(dc)
 		}
 		p := &pipe{d: d, c: dc}
 		if _, err := p.exec(ctx, "BEGIN IMMEDIATE", nil); err != nil {
@@ -120,6 +124,9 @@ type pipe struct {
 	// failed is the error of a queued statement, which the next call
 	// returns (as when it goes to PostgreSQL with that call).
 	failed error
+	// memoChecked: the memo was checked against other connections'
+	// commits in this transaction.
+	memoChecked bool
 }
 
 func (p *pipe) Queue(query string, args []any) {
@@ -169,6 +176,9 @@ func (p *pipe) Commit(ctx context.Context) error {
 		return err
 	}
 	p.begun = false
+	if p.d.memo != nil {
+		p.d.memo.Commit()
+	}
 	return nil
 }
 
@@ -176,6 +186,9 @@ func (p *pipe) Commit(ctx context.Context) error {
 // (an I/O error, a full disk): the ROLLBACK's "no transaction" is then
 // no error worth reporting.
 func (p *pipe) Rollback(ctx context.Context) error {
+	if p.d.memo != nil {
+		p.d.memo.Discard()
+	}
 	if !p.begun {
 		return nil
 	}

@@ -56,8 +56,22 @@ func (q *queries) EventsAppend(ctx context.Context, events []store.EventParams) 
 		}
 	}
 	next := make(map[string]int64, len(order))
-	for start, size := range shapeChunks(len(order), seqUpdateChunk) {
-		if err := q.lastSeqs(ctx, order[start:start+size], next); err != nil {
+	memo := q.memo(ctx)
+	ask := order
+	if memo != nil {
+		// Sessions whose last seq this connection committed are not asked
+		// about (writememo.go).
+		ask = ask[:0:0]
+		for _, s := range order {
+			if last, ok := memo.lastSeq(s); ok {
+				next[s] = last + 1
+			} else {
+				ask = append(ask, s)
+			}
+		}
+	}
+	for start, size := range shapeChunks(len(ask), seqUpdateChunk) {
+		if err := q.lastSeqs(ctx, ask[start:start+size], next); err != nil {
 			return nil, err
 		}
 	}
@@ -65,6 +79,10 @@ func (q *queries) EventsAppend(ctx context.Context, events []store.EventParams) 
 	for i := range events {
 		out[i] = newEvent(&events[i], next[events[i].SessionID])
 		next[events[i].SessionID]++
+	}
+	if memo != nil {
+		memo.setAppending(true)
+		defer memo.setAppending(false)
 	}
 	for start, size := range shapeChunks(len(out), eventInsertChunk) {
 		end := start + size
@@ -80,6 +98,13 @@ func (q *queries) EventsAppend(ctx context.Context, events []store.EventParams) 
 		}
 		if err := q.execLater(ctx, eventInsertText(size), args...); err != nil {
 			return nil, fmt.Errorf("insert %d events: %w", end-start, err)
+		}
+	}
+	if memo != nil {
+		// Staged: an insert that failed fails the transaction, whose
+		// rollback drops this.
+		for s, n := range next {
+			memo.wroteSeq(s, n-1)
 		}
 	}
 	return out, nil

@@ -210,6 +210,9 @@ func (q *queries) RunsEnded(ctx context.Context, runIDs []string) (map[string]bo
 	if len(runIDs) == 0 {
 		return nil, nil
 	}
+	if memo := q.memo(ctx); memo != nil {
+		return q.runsEndedMemo(ctx, memo, runIDs)
+	}
 	query := `SELECT run_id, status FROM runs WHERE run_id IN (` + placeholders(len(runIDs)) + `)`
 	if q.d.Name == "postgres" {
 		// Every asked run's row is share-locked, ended or not: FOR SHARE
@@ -243,6 +246,51 @@ func (q *queries) RunsEnded(ctx context.Context, runIDs []string) (map[string]bo
 			}
 			ended[id] = true
 		}
+	}
+	return ended, rows.Err()
+}
+
+// runsEndedMemo is RunsEnded on SQLite's writer connection: runs the
+// memo knows active are not asked about, and those read active are
+// staged in it (writememo.go). The statement asks about a power of two
+// of runs, the last repeated, so its texts stay few.
+func (q *queries) runsEndedMemo(ctx context.Context, memo *WriteMemo, runIDs []string) (map[string]bool, error) {
+	var ask []string
+	for i, id := range runIDs {
+		if (i > 0 && id == runIDs[i-1]) || memo.knownActive(id) {
+			continue // repeated: a caller's filling
+		}
+		ask = append(ask, id)
+	}
+	if len(ask) == 0 {
+		return nil, nil
+	}
+	for n := len(ask); n&(n-1) != 0; n++ {
+		ask = append(ask, ask[len(ask)-1])
+	}
+	args := make([]any, len(ask))
+	for i, id := range ask {
+		args[i] = id
+	}
+	rows, err := q.queryWrite(ctx, `SELECT run_id, status FROM runs WHERE run_id IN (`+placeholders(len(ask))+`)`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("runs ended: %w", err)
+	}
+	defer rows.Close()
+	var ended map[string]bool
+	var id, status string
+	for rows.Next() {
+		if err := rows.Scan(&id, &status); err != nil {
+			return nil, fmt.Errorf("runs ended: %w", err)
+		}
+		if !store.RunIsTerminal(status) {
+			memo.readActive(id)
+			continue
+		}
+		if ended == nil {
+			ended = map[string]bool{}
+		}
+		ended[id] = true
 	}
 	return ended, rows.Err()
 }
