@@ -133,26 +133,38 @@ func TestMemoAnswersTheEventLogsReads(t *testing.T) {
 	}
 }
 
+// wantRunEnded fails unless st reports f's run ended, or active.
+func (f *memoFixture) wantRunEnded(t *testing.T, st store.Store, ended bool) {
+	t.Helper()
+	if got := runsEnded(t, st, f.rid); got[f.rid] != ended {
+		t.Fatalf("run reported ended %v, want %v", got[f.rid], ended)
+	}
+}
+
+// endIn ends f's run inside tx.
+func (f *memoFixture) endIn(tx store.Queries) error {
+	_, err := tx.RunTransition(context.Background(), &store.RunTransitionParams{RunID: f.rid, From: store.RunActiveStatuses, Status: store.RunDone, At: 2})
+	return err
+}
+
 // A run ended on the writer's connection — by the store's transition, in
 // a transaction of its own or one that also appends — is reported ended
 // at once; one whose end rolled back stays active.
 func TestMemoSeesARunEnd(t *testing.T) {
 	t.Run("transition", func(t *testing.T) {
 		f := newMemoFixture(t)
-		runsEnded(t, f.db, f.rid)
+		f.wantRunEnded(t, f.db, false)
 		endRun(t, f.db, f.rid)
-		if got := runsEnded(t, f.db, f.rid); !got[f.rid] {
-			t.Fatalf("ended run reported active: %v", got)
-		}
+		f.wantRunEnded(t, f.db, true)
 	})
 	t.Run("same transaction", func(t *testing.T) {
 		f := newMemoFixture(t)
-		runsEnded(t, f.db, f.rid)
+		f.wantRunEnded(t, f.db, false)
 		err := f.db.InTx(context.Background(), func(tx store.Queries) error {
 			if got, err := tx.RunsEnded(context.Background(), []string{f.rid}); err != nil || len(got) != 0 {
 				return fmt.Errorf("before the end: %v, %v", got, err)
 			}
-			if _, err := tx.RunTransition(context.Background(), &store.RunTransitionParams{RunID: f.rid, From: store.RunActiveStatuses, Status: store.RunDone, At: 2}); err != nil {
+			if err := f.endIn(tx); err != nil {
 				return err
 			}
 			if got, err := tx.RunsEnded(context.Background(), []string{f.rid}); err != nil || !got[f.rid] {
@@ -163,16 +175,14 @@ func TestMemoSeesARunEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := runsEnded(t, f.db, f.rid); !got[f.rid] {
-			t.Fatalf("ended run reported active: %v", got)
-		}
+		f.wantRunEnded(t, f.db, true)
 	})
 	t.Run("rolled back", func(t *testing.T) {
 		f := newMemoFixture(t)
-		runsEnded(t, f.db, f.rid)
+		f.wantRunEnded(t, f.db, false)
 		errNo := errors.New("no")
 		err := f.db.InTx(context.Background(), func(tx store.Queries) error {
-			if _, err := tx.RunTransition(context.Background(), &store.RunTransitionParams{RunID: f.rid, From: store.RunActiveStatuses, Status: store.RunDone, At: 2}); err != nil {
+			if err := f.endIn(tx); err != nil {
 				return err
 			}
 			return errNo
@@ -180,26 +190,20 @@ func TestMemoSeesARunEnd(t *testing.T) {
 		if !errors.Is(err, errNo) {
 			t.Fatal(err)
 		}
-		if got := runsEnded(t, f.db, f.rid); got[f.rid] {
-			t.Fatal("a run whose end rolled back reported ended")
-		}
+		f.wantRunEnded(t, f.db, false) // its end rolled back
 		endRun(t, f.db, f.rid)
-		if got := runsEnded(t, f.db, f.rid); !got[f.rid] {
-			t.Fatalf("ended run reported active: %v", got)
-		}
+		f.wantRunEnded(t, f.db, true)
 	})
 	t.Run("deleted", func(t *testing.T) {
 		f := newMemoFixture(t)
-		runsEnded(t, f.db, f.rid)
+		f.wantRunEnded(t, f.db, false)
 		if _, err := f.db.SQL().Exec(`DELETE FROM runs WHERE run_id = ?`, f.rid); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := f.db.SQL().Exec(`INSERT INTO runs (run_id, session_id, agent_id, status, owner, started_at, ended_at) VALUES (?, ?, 'a', 'FAILED', 'i', 1, 2)`, f.rid, f.sid); err != nil {
 			t.Fatal(err)
 		}
-		if got := runsEnded(t, f.db, f.rid); !got[f.rid] {
-			t.Fatalf("a run deleted and inserted again ended reported active: %v", got)
-		}
+		f.wantRunEnded(t, f.db, true)
 	})
 }
 
@@ -287,7 +291,7 @@ func TestMemoSeesASessionChange(t *testing.T) {
 func TestMemoSeesAnotherConnection(t *testing.T) {
 	f := newMemoFixture(t)
 	wantSeqs(t, appendDeltas(t, f.db, f.sid, f.rid, 2), 1)
-	runsEnded(t, f.db, f.rid)
+	f.wantRunEnded(t, f.db, false)
 	other, err := Open(context.Background(), f.path)
 	if err != nil {
 		t.Fatal(err)
@@ -296,9 +300,7 @@ func TestMemoSeesAnotherConnection(t *testing.T) {
 	wantSeqs(t, appendDeltas(t, other, f.sid, f.rid, 2), 3)
 	wantSeqs(t, appendDeltas(t, f.db, f.sid, f.rid, 2), 5)
 	endRun(t, other, f.rid)
-	if got := runsEnded(t, f.db, f.rid); !got[f.rid] {
-		t.Fatalf("a run ended by another connection reported active: %v", got)
-	}
+	f.wantRunEnded(t, f.db, true)
 }
 
 // The server's own background checkpoint, on a reader connection, is not
