@@ -207,22 +207,25 @@ func (q *queries) RunLock(ctx context.Context, runID string) (*store.Run, error)
 // RunsEnded reports which of runIDs are in a terminal state, share-locking
 // their rows on PostgreSQL (see store.Queries).
 func (q *queries) RunsEnded(ctx context.Context, runIDs []string) (map[string]bool, error) {
+	memo := q.memo(ctx)
+	if memo != nil {
+		runIDs = memo.unknownRuns(runIDs)
+	}
 	if len(runIDs) == 0 {
 		return nil, nil
-	}
-	if memo := q.memo(ctx); memo != nil {
-		return q.runsEndedMemo(ctx, memo, runIDs)
 	}
 	query := `SELECT run_id, status FROM runs WHERE run_id IN (` + placeholders(len(runIDs)) + `)`
 	if q.d.Name == "postgres" {
 		// Every asked run's row is share-locked, ended or not: FOR SHARE
 		// locks the rows the query returns, so no filter here.
 		query += ` FOR SHARE`
-	} else {
+	} else if memo == nil {
 		// Only the ended ones come back: the event log asks once per
 		// commit about the runs of its stream deltas, which have almost
 		// always not ended, and each row returned cost scanning two
-		// strings (issue 13). SQLite's single writer needs no lock.
+		// strings (issue 13). SQLite's single writer needs no lock. With
+		// the writer's memo the active ones come back too, to be
+		// remembered and not asked about again.
 		query += ` AND status IN ` + terminalStatuses
 	}
 	args := make([]any, len(runIDs))
@@ -235,56 +238,15 @@ func (q *queries) RunsEnded(ctx context.Context, runIDs []string) (map[string]bo
 	}
 	defer rows.Close()
 	var ended map[string]bool
-	for rows.Next() {
-		var id, status string
-		if err := rows.Scan(&id, &status); err != nil {
-			return nil, fmt.Errorf("runs ended: %w", err)
-		}
-		if store.RunIsTerminal(status) {
-			if ended == nil {
-				ended = map[string]bool{}
-			}
-			ended[id] = true
-		}
-	}
-	return ended, rows.Err()
-}
-
-// runsEndedMemo is RunsEnded on SQLite's writer connection: runs the
-// memo knows active are not asked about, and those read active are
-// staged in it (writememo.go). The statement asks about a power of two
-// of runs, the last repeated, so its texts stay few.
-func (q *queries) runsEndedMemo(ctx context.Context, memo *WriteMemo, runIDs []string) (map[string]bool, error) {
-	var ask []string
-	for i, id := range runIDs {
-		if (i > 0 && id == runIDs[i-1]) || memo.knownActive(id) {
-			continue // repeated: a caller's filling
-		}
-		ask = append(ask, id)
-	}
-	if len(ask) == 0 {
-		return nil, nil
-	}
-	for n := len(ask); n&(n-1) != 0; n++ {
-		ask = append(ask, ask[len(ask)-1])
-	}
-	args := make([]any, len(ask))
-	for i, id := range ask {
-		args[i] = id
-	}
-	rows, err := q.queryWrite(ctx, `SELECT run_id, status FROM runs WHERE run_id IN (`+placeholders(len(ask))+`)`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("runs ended: %w", err)
-	}
-	defer rows.Close()
-	var ended map[string]bool
 	var id, status string
 	for rows.Next() {
 		if err := rows.Scan(&id, &status); err != nil {
 			return nil, fmt.Errorf("runs ended: %w", err)
 		}
 		if !store.RunIsTerminal(status) {
-			memo.readActive(id)
+			if memo != nil {
+				memo.readActive(id)
+			}
 			continue
 		}
 		if ended == nil {

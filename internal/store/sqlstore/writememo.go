@@ -182,6 +182,24 @@ func (m *WriteMemo) knownActive(runID string) bool {
 	return ok
 }
 
+// unknownRuns is runIDs without the runs known to be active and without
+// adjacent repeats (a caller's filling), filled up again by repeating the
+// last to a power of two, so the statement asking about them has few
+// texts. Empty when all are known.
+func (m *WriteMemo) unknownRuns(runIDs []string) []string {
+	var ask []string
+	for i, id := range runIDs {
+		if (i > 0 && id == runIDs[i-1]) || m.knownActive(id) {
+			continue
+		}
+		ask = append(ask, id)
+	}
+	for n := len(ask); n > 0 && n&(n-1) != 0; n++ {
+		ask = append(ask, ask[len(ask)-1])
+	}
+	return ask
+}
+
 // readActive stages a run read active.
 func (m *WriteMemo) readActive(runID string) {
 	m.mu.Lock()
