@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"sync/atomic"
 	"time"
 )
 
@@ -25,17 +24,24 @@ const restartFrames = 1000
 // end (1 GB in 12 s of tool calls), and every commit appends to a growing
 // file — new blocks, and an fsync that must journal the file's new size:
 // a sequential tool call cost a quarter more than with the WAL starting
-// over (issue 13). So once a background pass has found the WAL long, the
-// writer itself, before its next transaction, copies the frames that pass
-// left behind: a short checkpoint, after which that transaction starts
-// the WAL over. (Before the next transaction rather than after the last
-// commit: the events just committed are not held back from delivery.)
-// Readers holding an older snapshot make that wait for a later pass.
+// over (issue 13). So once a pass has found the WAL long, a second pass
+// copies what was committed during the first, and a last one, on the
+// writer's own connection, copies the few frames committed since: nothing
+// can commit between that pass and the writer's next transaction, which
+// then starts the WAL over. Readers holding an older snapshot make that
+// wait for a later pass.
+//
+// The last pass holds the writer off while it runs (it copies, and syncs
+// the WAL and the database file). It runs from here rather than on the
+// writer's goroutine before its next transaction: that way it takes the
+// connection as soon as a commit releases it, while the next batch is
+// still gathering, instead of after the batch gathered, when the stall
+// adds to every event in it. And the second pass keeps it short: copying
+// all that the first pass left behind made the writer wait 1.4–19 ms
+// (mean 8) four times a second at 200 streams, a good part of the
+// delivery p99 (issue 13; BENCHMARKS.md).
 type checkpointer struct {
-	read *sql.DB
-	// due: a background pass found the WAL past restartFrames; the
-	// writer finishes the checkpoint before its next transaction.
-	due atomic.Bool
+	read, write *sql.DB
 }
 
 // start runs the background checkpoint; it returns its stop function.
@@ -51,20 +57,23 @@ func (c *checkpointer) start() func() {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if frames, err := passive(ctx, c.read); err == nil && frames >= restartFrames {
-					c.due.Store(true)
-				}
+				c.pass(ctx)
 			}
 		}
 	}()
 	return func() { cancel(); <-done }
 }
 
-// beforeWrite is the writer's side (sqlstore.DB.BeforeWrite).
-func (c *checkpointer) beforeWrite(ctx context.Context, write *sql.DB) {
-	if c.due.CompareAndSwap(true, false) {
-		_, _ = passive(context.WithoutCancel(ctx), write)
+// pass copies the WAL back, and when it was long, has the writer's next
+// transaction start it over.
+func (c *checkpointer) pass(ctx context.Context) {
+	if frames, err := passive(ctx, c.read); err != nil || frames < restartFrames {
+		return
 	}
+	if _, err := passive(ctx, c.read); err != nil {
+		return
+	}
+	_, _ = passive(ctx, c.write)
 }
 
 // passive runs a PASSIVE checkpoint on one of db's connections and reports

@@ -13,8 +13,8 @@ import (
 )
 
 // A writer that never stops must not grow the WAL without end: the
-// background checkpoint copies it back, the writer finishes each pass, and
-// the WAL starts over — while every committed event stays readable.
+// background checkpoint copies it back, finishes on the writer's connection,
+// and the WAL starts over — while every committed event stays readable.
 func TestWALStartsOverUnderConstantWrites(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agentplane.db")
@@ -29,9 +29,9 @@ func TestWALStartsOverUnderConstantWrites(t *testing.T) {
 	payload, _ := json.Marshal(map[string]string{"text": strings.Repeat("x", 3000)})
 	// Each commit writes at least three WAL frames (the row's table page,
 	// the session's index page, the session's row): 12 KB. Write for 2 s
-	// and at least 32 MB of frames, eight times the WAL at which the
-	// writer finishes a checkpoint, so that on a slow machine too the WAL
-	// would hold all of it if it never started over.
+	// and at least 32 MB of frames, eight times the WAL at which a
+	// checkpoint is finished on the writer's connection, so that on a slow
+	// machine too the WAL would hold all of it if it never started over.
 	const perCommit = 12 << 10
 	var commits int
 	for start := time.Now(); time.Since(start) < 2*time.Second || commits*perCommit < 32<<20; commits++ {

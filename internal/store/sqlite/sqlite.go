@@ -112,10 +112,9 @@ func open(ctx context.Context, path string) (*sqlstore.DB, *direct, error) {
 	d, dt := *dialect, &direct{}
 	d.Pipeline, d.PipelineInProcess = dt.pipeline, true
 	db := sqlstore.New(&d, write, read)
+	// Stopped first: its last pass runs on the writer's connection.
+	db.OnClose((&checkpointer{read: read, write: write}).start())
 	db.OnClose(func() { dt.close(write) })
-	ckpt := &checkpointer{read: read}
-	db.BeforeWrite(ckpt.beforeWrite)
-	db.OnClose(ckpt.start())
 	return db, dt, nil
 }
 

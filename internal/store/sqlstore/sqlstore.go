@@ -75,21 +75,15 @@ type Dialect struct {
 // PostgreSQL the same pool.
 type DB struct {
 	*queries
-	d           *Dialect
-	write       *sql.DB
-	read        *sql.DB
-	closers     []func() // background work of the driver, stopped before the pools close
-	beforeWrite func(ctx context.Context, write *sql.DB)
+	d       *Dialect
+	write   *sql.DB
+	read    *sql.DB
+	closers []func() // background work of the driver, stopped before the pools close
 }
 
 // OnClose registers fn to run (once) when the store closes, before its
 // connections do.
 func (db *DB) OnClose(fn func()) { db.closers = append(db.closers, fn) }
-
-// BeforeWrite has fn run before every transaction InTx begins, on the
-// calling goroutine, with the writer pool. Set it before the store is
-// used.
-func (db *DB) BeforeWrite(fn func(ctx context.Context, write *sql.DB)) { db.beforeWrite = fn }
 
 // New wraps open pools. read may equal write.
 func New(d *Dialect, write, read *sql.DB) *DB {
@@ -145,9 +139,6 @@ func (db *DB) Close() error {
 // rolls back — an error, and a panic too (on SQLite a transaction left open
 // would hold the only writer connection forever).
 func (db *DB) InTx(ctx context.Context, fn func(tx store.Queries) error) error {
-	if db.beforeWrite != nil {
-		db.beforeWrite(ctx, db.write)
-	}
 	return db.inPipe(ctx, fn)
 }
 
