@@ -56,9 +56,12 @@ type Rows interface {
 	Err() error
 }
 
-// inPipe is InTx over the dialect's Pipeline: one connection of the writer
-// pool, the transaction's statements sent through a Pipe.
-func (db *DB) inPipe(ctx context.Context, fn func(tx store.Queries) error) error {
+// InTx runs fn in one write transaction, over the dialect's Pipeline: one
+// connection of the writer pool, the transaction's statements sent through
+// a Pipe. Anything but a successful commit rolls back — an error, and a
+// panic too (on SQLite a transaction left open would hold the only writer
+// connection forever).
+func (db *DB) InTx(ctx context.Context, fn func(tx store.Queries) error) error {
 	conn, err := db.write.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", db.mapErr(err))

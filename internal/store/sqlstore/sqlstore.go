@@ -135,13 +135,6 @@ func (db *DB) Close() error {
 	return err
 }
 
-// InTx runs fn in one write transaction. Anything but a successful commit
-// rolls back — an error, and a panic too (on SQLite a transaction left open
-// would hold the only writer connection forever).
-func (db *DB) InTx(ctx context.Context, fn func(tx store.Queries) error) error {
-	return db.inPipe(ctx, fn)
-}
-
 func (db *DB) mapErr(err error) error { return mapErr(db.d, err) }
 
 // EventsAppend outside a caller's transaction still needs one: the seq bump
