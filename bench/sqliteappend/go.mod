@@ -1,4 +1,4 @@
-module github.com/agentplane/agentplane/bench/sqlitedriver
+module github.com/agentplane/agentplane/bench/sqliteappend
 
 go 1.26.0
 

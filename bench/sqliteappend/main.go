@@ -1,0 +1,284 @@
+// Command sqliteappend measures the event log's append on SQLite outside
+// the server, to weigh changes below the store before making them
+// (issue 13: the event log's writer spends most of its time inside SQLite):
+//
+//   - modernc: what agentplane ships — modernc.org/sqlite (SQLite
+//     translated to Go) and the events table of migration 0045, keyed for
+//     reading by UNIQUE (session_id, seq);
+//   - c: the same through mattn/go-sqlite3, the C library through cgo;
+//   - intkey: modernc, with that key on an integer standing for the session
+//     instead of its text id (a mapping not built in the server).
+//
+// Each runs the append in the store's shape — WAL, synchronous=FULL, a 64
+// MiB page cache, a commit of N events spread over S sessions, 16 rows per
+// statement — after a prefill gives every session a history (a session's
+// index entries then fill leaf pages of their own, as in a long-running
+// server), alternating the variants' order by round, and reports wall
+// time and the process's user and system CPU per event. Checkpoints run
+// inline, SQLite's default (the server runs them on a connection of its
+// own): the same work for every variant.
+//
+// It is a module of its own so that the product does not depend on cgo:
+//
+//	cd bench/sqliteappend && go run . -rounds 3
+package main
+
+import (
+	"database/sql"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3" // driver "sqlite3": the C library through cgo
+	_ "modernc.org/sqlite"          // driver "sqlite": what agentplane ships
+)
+
+// schema is the events table as migration 0045 leaves it
+// (internal/store/sqlite/migrations/0045_events_id_unindexed.sql); KEY is
+// its reading key.
+const schema = `CREATE TABLE events (
+  event_id      TEXT NOT NULL,
+  session_id    TEXT NOT NULL,
+  seq           INTEGER NOT NULL,
+  run_id        TEXT NOT NULL DEFAULT '',
+  parent_run_id TEXT NOT NULL DEFAULT '',
+  ts            INTEGER NOT NULL,
+  type          TEXT NOT NULL,
+  payload       TEXT NOT NULL,
+  KEY
+);
+CREATE INDEX events_run ON events(run_id, seq) WHERE type NOT IN ('agent_stream_delta', 'sub_agent_partial');
+CREATE INDEX events_llm_done ON events(ts) WHERE type = 'llm_call_done';`
+
+// rowsPerStatement is the store's multi-row insert (sqlstore.exactChunk).
+const rowsPerStatement = 16
+
+// payload is a stream delta of typical size.
+const payload = `{"text":"a delta of an agent's streamed answer, about this long","index":0}`
+
+// shape is one workload: commits of batch events over sessions sessions,
+// each of which had history events before.
+type shape struct {
+	name                     string
+	batch, sessions, commits int
+	history                  int
+}
+
+type variant struct {
+	name, label string
+	driver      string
+	dsn         func(path string) string
+	intKey      bool
+}
+
+var (
+	modernc = func(p string) string {
+		return "file:" + p + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=cache_size(-65536)"
+	}
+	mattn = func(p string) string {
+		return "file:" + p + "?_journal_mode=WAL&_synchronous=FULL&_cache_size=-65536"
+	}
+	variants = []variant{
+		{"modernc", "modernc, text session key (shipped)", "sqlite", modernc, false},
+		{"c", "C SQLite (cgo), text session key", "sqlite3", mattn, false},
+		{"intkey", "modernc, integer session key", "sqlite", modernc, true},
+	}
+)
+
+func main() {
+	rounds := flag.Int("rounds", 3, "rounds; each runs every shape through every variant, rotating which goes first")
+	dir := flag.String("dir", os.TempDir(), "where the database files go (the disk under test)")
+	only := flag.String("variants", "modernc,c,intkey", "variants to run: modernc, c, intkey")
+	flag.Parse()
+	var chosen []variant
+	for _, name := range strings.Split(*only, ",") {
+		found := false
+		for _, v := range variants {
+			if v.name == strings.TrimSpace(name) {
+				chosen, found = append(chosen, v), true
+			}
+		}
+		if !found {
+			fmt.Fprintf(os.Stderr, "unknown variant %q\n", name)
+			os.Exit(2)
+		}
+	}
+	shapes := []shape{
+		// 200 streams × 20 deltas/s: ~12 events per commit (BENCHMARKS.md).
+		{"200 streams (12 events/commit, 200 sessions)", 12, 200, 3000, 500},
+		// 1,000 streams once the writer is behind: hundreds per commit.
+		{"1,000 streams (500 events/commit, 1,000 sessions)", 500, 1000, 200, 500},
+		// A tool call's commit: a few events of one session.
+		{"tool call (3 events/commit, 1 session)", 3, 1, 3000, 500},
+	}
+	fmt.Printf("# the event log's append on SQLite — %s, %s\n\n", time.Now().UTC().Format(time.RFC3339), *dir)
+	type key struct{ shape, variant int }
+	sum := map[key]*result{}
+	for r := 0; r < *rounds; r++ {
+		for si, s := range shapes {
+			for k := range chosen {
+				vi := (k + r) % len(chosen) // rotate the order
+				res, err := measure(*dir, chosen[vi], s)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					os.Exit(1)
+				}
+				fmt.Printf("round %d, %s, %s: %s\n", r+1, s.name, chosen[vi].label, res)
+				if sum[key{si, vi}] == nil {
+					sum[key{si, vi}] = &result{}
+				}
+				sum[key{si, vi}].add(res)
+			}
+		}
+	}
+	fmt.Printf("\n| workload | variant | wall µs/event | user CPU µs/event | system CPU µs/event |\n|---|---|---|---|---|\n")
+	for si, s := range shapes {
+		for vi, v := range chosen {
+			t := sum[key{si, vi}]
+			fmt.Printf("| %s | %s | %.1f | %.1f | %.1f |\n", s.name, v.label, t.per(t.wall), t.per(t.user), t.per(t.sys))
+		}
+	}
+}
+
+type result struct {
+	events          int
+	wall, user, sys time.Duration
+}
+
+func (r *result) add(o result) {
+	r.events += o.events
+	r.wall += o.wall
+	r.user += o.user
+	r.sys += o.sys
+}
+
+func (r *result) per(d time.Duration) float64 {
+	return float64(d.Nanoseconds()) / 1e3 / float64(r.events)
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("%d events, wall %.1f, user %.1f, sys %.1f µs/event", r.events, r.per(r.wall), r.per(r.user), r.per(r.sys))
+}
+
+// appender writes events in the store's shape.
+type appender struct {
+	db       *sql.DB
+	v        variant
+	sessions []string
+	seq      []int64
+	commits  int
+}
+
+// measure prefills a new database with s.history events per session, then
+// times s.commits commits of s.batch events.
+func measure(dir string, v variant, s shape) (result, error) {
+	path := filepath.Join(dir, fmt.Sprintf("sqliteappend-%d.db", os.Getpid()))
+	defer removeDB(path)
+	removeDB(path)
+	db, err := sql.Open(v.driver, v.dsn(path))
+	if err != nil {
+		return result{}, err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1) // the store's one writer connection
+	key := "UNIQUE (session_id, seq)"
+	if v.intKey {
+		key = "session_key INTEGER NOT NULL, UNIQUE (session_key, seq)"
+	}
+	if _, err := db.Exec(strings.Replace(schema, "KEY", key, 1)); err != nil {
+		return result{}, fmt.Errorf("%s: schema: %w", v.name, err)
+	}
+	a := &appender{db: db, v: v, sessions: make([]string, s.sessions), seq: make([]int64, s.sessions)}
+	for i := range a.sessions {
+		a.sessions[i] = fmt.Sprintf("ses_%026d", i*7919) // an id's length
+	}
+	// The history: every session's events, interleaved as streams are.
+	for n := s.history * s.sessions; n > 0; n -= 5000 {
+		if err := a.commit(min(n, 5000), rand.IntN); err != nil {
+			return result{}, err
+		}
+	}
+	if _, err := db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+		return result{}, err
+	}
+	start, u0, s0 := time.Now(), cpu(true), cpu(false)
+	for c := 0; c < s.commits; c++ {
+		if err := a.commit(s.batch, rand.IntN); err != nil {
+			return result{}, err
+		}
+	}
+	return result{events: s.commits * s.batch, wall: time.Since(start), user: cpu(true) - u0, sys: cpu(false) - s0}, nil
+}
+
+// commit appends n events, each to a session pick chooses, in one
+// transaction.
+func (a *appender) commit(n int, pick func(int) int) error {
+	tx, err := a.db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	cols := 8
+	if a.v.intKey {
+		cols = 9
+	}
+	args := make([]any, 0, rowsPerStatement*cols)
+	flush := func() error {
+		if len(args) == 0 {
+			return nil
+		}
+		_, err := tx.Exec(insertText(len(args)/cols, a.v.intKey), args...)
+		args = args[:0]
+		return err
+	}
+	for i := 0; i < n; i++ {
+		si := pick(len(a.sessions))
+		a.seq[si]++
+		args = append(args, fmt.Sprintf("evt_%08d_%04d", a.commits, i), a.sessions[si], a.seq[si], "run_"+a.sessions[si][4:], "", time.Now().UnixNano(), "agent_stream_delta", payload)
+		if a.v.intKey {
+			args = append(args, si+1)
+		}
+		if len(args) == cap(args) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	a.commits++
+	return tx.Commit()
+}
+
+func insertText(rows int, intKey bool) string {
+	cols, row := "event_id, session_id, seq, run_id, parent_run_id, ts, type, payload", "(?,?,?,?,?,?,?,?),"
+	if intKey {
+		cols, row = cols+", session_key", "(?,?,?,?,?,?,?,?,?),"
+	}
+	return "INSERT INTO events (" + cols + ") VALUES " + strings.TrimSuffix(strings.Repeat(row, rows), ",")
+}
+
+// cpu is the process's user (or system) CPU time so far.
+func cpu(user bool) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	tv := ru.Stime
+	if user {
+		tv = ru.Utime
+	}
+	return time.Duration(tv.Nano())
+}
+
+func removeDB(path string) {
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		os.Remove(path + suffix)
+	}
+}
