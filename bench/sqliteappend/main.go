@@ -3,13 +3,14 @@
 // (issue 13: the event log's writer spends most of its time inside SQLite):
 //
 //   - modernc: what agentplane ships — modernc.org/sqlite (SQLite
-//     translated to Go) and the events table of migration 0045, keyed for
-//     reading by UNIQUE (session_id, seq);
+//     translated to Go) and the events table, keyed for reading by
+//     UNIQUE (session_id, seq);
 //   - c: the same through mattn/go-sqlite3, the C library through cgo;
 //   - intkey: modernc, with that key on an integer standing for the session
 //     instead of its text id (a mapping not built in the server).
 //
-// Each runs the append in the store's shape — WAL, synchronous=FULL, a 64
+// Each runs the append in the store's shape — the events table as the
+// store's migrations leave it (read from them), WAL, synchronous=FULL, a 64
 // MiB page cache, a commit of N events spread over S sessions, 16 rows per
 // statement — after a prefill gives every session a history (a session's
 // index entries then fill leaf pages of their own, as in a long-running
@@ -38,22 +39,36 @@ import (
 	_ "modernc.org/sqlite"          // driver "sqlite": what agentplane ships
 )
 
-// schema is the events table as migration 0045 leaves it
-// (internal/store/sqlite/migrations/0045_events_id_unindexed.sql); KEY is
-// its reading key.
-const schema = `CREATE TABLE events (
-  event_id      TEXT NOT NULL,
-  session_id    TEXT NOT NULL,
-  seq           INTEGER NOT NULL,
-  run_id        TEXT NOT NULL DEFAULT '',
-  parent_run_id TEXT NOT NULL DEFAULT '',
-  ts            INTEGER NOT NULL,
-  type          TEXT NOT NULL,
-  payload       TEXT NOT NULL,
-  KEY
-);
-CREATE INDEX events_run ON events(run_id, seq) WHERE type NOT IN ('agent_stream_delta', 'sub_agent_partial');
-CREATE INDEX events_llm_done ON events(ts) WHERE type = 'llm_call_done';`
+// migration is where the events table's schema is read from: the one the
+// store's migrations leave (0045 rebuilt the table), so that the bench
+// follows it.
+const migration = "../../internal/store/sqlite/migrations/0045_events_id_unindexed.sql"
+
+// textKey is the table's reading key in that migration.
+const textKey = "UNIQUE (session_id, seq)"
+
+// eventsSchema reads the events table and its indexes from the migration
+// at path: its CREATE TABLE events_new (renamed back to events) and its
+// CREATE INDEX statements.
+func eventsSchema(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read the events schema (run from bench/sqliteappend, or set -migration): %w", err)
+	}
+	text := string(b)
+	start := strings.Index(text, "CREATE TABLE events_new (")
+	end := strings.Index(text[max(start, 0):], "\n);")
+	if start < 0 || end < 0 || !strings.Contains(text, textKey) {
+		return "", fmt.Errorf("%s: no CREATE TABLE events_new with %s", path, textKey)
+	}
+	schema := []string{strings.Replace(text[start:start+end+3], "events_new", "events", 1)}
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "CREATE INDEX ") {
+			schema = append(schema, line)
+		}
+	}
+	return strings.Join(schema, "\n"), nil
+}
 
 // rowsPerStatement is the store's multi-row insert (sqlstore.exactChunk).
 const rowsPerStatement = 16
@@ -94,7 +109,13 @@ func main() {
 	rounds := flag.Int("rounds", 3, "rounds; each runs every shape through every variant, rotating which goes first")
 	dir := flag.String("dir", os.TempDir(), "where the database files go (the disk under test)")
 	only := flag.String("variants", "modernc,c,intkey", "variants to run: modernc, c, intkey")
+	from := flag.String("migration", migration, "the migration whose events table is measured")
 	flag.Parse()
+	schema, err := eventsSchema(*from)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	var chosen []variant
 	for _, name := range strings.Split(*only, ",") {
 		found := false
@@ -123,7 +144,7 @@ func main() {
 		for si, s := range shapes {
 			for k := range chosen {
 				vi := (k + r) % len(chosen) // rotate the order
-				res, err := measure(*dir, chosen[vi], s)
+				res, err := measure(*dir, schema, chosen[vi], s)
 				if err != nil {
 					fmt.Fprintln(os.Stderr, err)
 					os.Exit(1)
@@ -176,7 +197,7 @@ type appender struct {
 
 // measure prefills a new database with s.history events per session, then
 // times s.commits commits of s.batch events.
-func measure(dir string, v variant, s shape) (result, error) {
+func measure(dir, schema string, v variant, s shape) (result, error) {
 	path := filepath.Join(dir, fmt.Sprintf("sqliteappend-%d.db", os.Getpid()))
 	defer removeDB(path)
 	removeDB(path)
@@ -186,11 +207,10 @@ func measure(dir string, v variant, s shape) (result, error) {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1) // the store's one writer connection
-	key := "UNIQUE (session_id, seq)"
 	if v.intKey {
-		key = "session_key INTEGER NOT NULL, UNIQUE (session_key, seq)"
+		schema = strings.Replace(schema, textKey, "session_key INTEGER NOT NULL, UNIQUE (session_key, seq)", 1)
 	}
-	if _, err := db.Exec(strings.Replace(schema, "KEY", key, 1)); err != nil {
+	if _, err := db.Exec(schema); err != nil {
 		return result{}, fmt.Errorf("%s: schema: %w", v.name, err)
 	}
 	a := &appender{db: db, v: v, sessions: make([]string, s.sessions), seq: make([]int64, s.sessions)}
