@@ -47,6 +47,12 @@ const migration = "../../internal/store/sqlite/migrations/0045_events_id_unindex
 // textKey is the table's reading key in that migration.
 const textKey = "UNIQUE (session_id, seq)"
 
+// withIntKey is schema with its reading key on an integer standing for
+// the session (the intkey variant).
+func withIntKey(schema string) string {
+	return strings.Replace(schema, textKey, "session_key INTEGER NOT NULL, UNIQUE (session_key, seq)", 1)
+}
+
 // eventsSchema reads the events table and its indexes from the migration
 // at path: its CREATE TABLE events_new (renamed back to events) and its
 // CREATE INDEX statements.
@@ -208,7 +214,7 @@ func measure(dir, schema string, v variant, s shape) (result, error) {
 	defer db.Close()
 	db.SetMaxOpenConns(1) // the store's one writer connection
 	if v.intKey {
-		schema = strings.Replace(schema, textKey, "session_key INTEGER NOT NULL, UNIQUE (session_key, seq)", 1)
+		schema = withIntKey(schema)
 	}
 	if _, err := db.Exec(schema); err != nil {
 		return result{}, fmt.Errorf("%s: schema: %w", v.name, err)
@@ -219,25 +225,27 @@ func measure(dir, schema string, v variant, s shape) (result, error) {
 	}
 	// The history: every session's events, interleaved as streams are.
 	for n := s.history * s.sessions; n > 0; n -= 5000 {
-		if err := a.commit(min(n, 5000), rand.IntN); err != nil {
+		if err := a.commit(min(n, 5000)); err != nil {
 			return result{}, err
 		}
 	}
 	if _, err := db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
 		return result{}, err
 	}
-	start, u0, s0 := time.Now(), cpu(true), cpu(false)
+	start := time.Now()
+	u0, s0 := cpu()
 	for c := 0; c < s.commits; c++ {
-		if err := a.commit(s.batch, rand.IntN); err != nil {
+		if err := a.commit(s.batch); err != nil {
 			return result{}, err
 		}
 	}
-	return result{events: s.commits * s.batch, wall: time.Since(start), user: cpu(true) - u0, sys: cpu(false) - s0}, nil
+	wall := time.Since(start)
+	u1, s1 := cpu()
+	return result{events: s.commits * s.batch, wall: wall, user: u1 - u0, sys: s1 - s0}, nil
 }
 
-// commit appends n events, each to a session pick chooses, in one
-// transaction.
-func (a *appender) commit(n int, pick func(int) int) error {
+// commit appends n events, each to a random session, in one transaction.
+func (a *appender) commit(n int) error {
 	tx, err := a.db.Begin()
 	if err != nil {
 		return err
@@ -257,7 +265,7 @@ func (a *appender) commit(n int, pick func(int) int) error {
 		return err
 	}
 	for i := 0; i < n; i++ {
-		si := pick(len(a.sessions))
+		si := rand.IntN(len(a.sessions))
 		a.seq[si]++
 		args = append(args, fmt.Sprintf("evt_%08d_%04d", a.commits, i), a.sessions[si], a.seq[si], "run_"+a.sessions[si][4:], "", time.Now().UnixNano(), "agent_stream_delta", payload)
 		if a.v.intKey {
@@ -284,17 +292,13 @@ func insertText(rows int, intKey bool) string {
 	return "INSERT INTO events (" + cols + ") VALUES " + strings.TrimSuffix(strings.Repeat(row, rows), ",")
 }
 
-// cpu is the process's user (or system) CPU time so far.
-func cpu(user bool) time.Duration {
+// cpu is the process's user and system CPU time so far.
+func cpu() (user, sys time.Duration) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return 0, 0
 	}
-	tv := ru.Stime
-	if user {
-		tv = ru.Utime
-	}
-	return time.Duration(tv.Nano())
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 }
 
 func removeDB(path string) {

@@ -3,7 +3,6 @@ package main
 import (
 	"database/sql"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -17,7 +16,7 @@ func TestEventsSchema(t *testing.T) {
 	for _, intKey := range []bool{false, true} {
 		s := schema
 		if intKey {
-			s = strings.Replace(s, textKey, "session_key INTEGER NOT NULL, UNIQUE (session_key, seq)", 1)
+			s = withIntKey(s)
 		}
 		db, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "events.db"))
 		if err != nil {
