@@ -7,7 +7,17 @@
 //     UNIQUE (session_id, seq);
 //   - c: the same through mattn/go-sqlite3, the C library through cgo;
 //   - intkey: modernc, with that key on an integer standing for the session
-//     instead of its text id (a mapping not built in the server).
+//     instead of its text id (a mapping not built in the server);
+//   - nokey: modernc without that key at all — not a design (a session's
+//     events could then only be found by scanning), the ceiling of what
+//     any change to the key could save;
+//   - tail: modernc, the stream's deltas appended to an unindexed table
+//     (rowid order only) and moved into events, sorted by session, once
+//     its sessions have ~10 each on average: the key's cost deferred and
+//     shared by a session's events, paid as a move that holds the one
+//     writer for its length (reported: the longest);
+//   - page1k: modernc with 1 KiB pages instead of 4 KiB (a commit's WAL
+//     frames are pages: smaller ones, fewer bytes per touched leaf).
 //
 // Each runs the append in the store's shape — the events table as the
 // store's migrations leave it (read from them), WAL, synchronous=FULL, a 64
@@ -46,6 +56,20 @@ const migration = "../../internal/store/sqlite/migrations/0045_events_id_unindex
 
 // textKey is the table's reading key in that migration.
 const textKey = "UNIQUE (session_id, seq)"
+
+// withoutKey is schema without its reading key (the nokey variant).
+func withoutKey(schema string) string {
+	return strings.Replace(schema, ",\n  "+textKey, "", 1)
+}
+
+// tailTable is the tail variant's unindexed table, the events table's
+// columns and nothing else.
+const tailTable = `CREATE TABLE events_tail (event_id TEXT NOT NULL, session_id TEXT NOT NULL, seq INTEGER NOT NULL,
+  run_id TEXT NOT NULL DEFAULT '', parent_run_id TEXT NOT NULL DEFAULT '', ts INTEGER NOT NULL, type TEXT NOT NULL, payload TEXT NOT NULL)`
+
+// moveTail moves the whole tail into events, a session's rows together.
+const moveTail = `INSERT INTO events SELECT event_id, session_id, seq, run_id, parent_run_id, ts, type, payload FROM events_tail ORDER BY session_id, seq;
+DELETE FROM events_tail`
 
 // withIntKey is schema with its reading key on an integer standing for
 // the session (the intkey variant).
@@ -95,6 +119,23 @@ type variant struct {
 	driver      string
 	dsn         func(path string) string
 	intKey      bool
+	noKey       bool
+	tail        bool
+	// init runs before the schema.
+	init string
+}
+
+// schema is the variant's: the store's events schema, changed as it says.
+func (v variant) schema(events string) string {
+	switch {
+	case v.intKey:
+		return withIntKey(events)
+	case v.noKey:
+		return withoutKey(events)
+	case v.tail:
+		return events + ";\n" + tailTable
+	}
+	return events
 }
 
 var (
@@ -105,16 +146,23 @@ var (
 		return "file:" + p + "?_journal_mode=WAL&_synchronous=FULL&_cache_size=-65536"
 	}
 	variants = []variant{
-		{"modernc", "modernc, text session key (shipped)", "sqlite", modernc, false},
-		{"c", "C SQLite (cgo), text session key", "sqlite3", mattn, false},
-		{"intkey", "modernc, integer session key", "sqlite", modernc, true},
+		{name: "modernc", label: "modernc, text session key (shipped)", driver: "sqlite", dsn: modernc},
+		{name: "c", label: "C SQLite (cgo), text session key", driver: "sqlite3", dsn: mattn},
+		{name: "intkey", label: "modernc, integer session key", driver: "sqlite", dsn: modernc, intKey: true},
+		{name: "nokey", label: "modernc, no session key (the ceiling)", driver: "sqlite", dsn: modernc, noKey: true},
+		{name: "tail", label: "modernc, deltas to an unindexed tail, moved ~10 per session", driver: "sqlite", dsn: modernc, tail: true},
+		// The driver runs journal_mode first whatever the DSN's order, and
+		// a WAL file's page size is fixed: WAL once the size is set.
+		{name: "page1k", label: "modernc, 1 KiB pages", driver: "sqlite", dsn: func(p string) string {
+			return "file:" + p + "?_pragma=page_size(1024)&_pragma=synchronous(FULL)&_pragma=cache_size(-65536)"
+		}, init: "PRAGMA journal_mode=WAL"},
 	}
 )
 
 func main() {
 	rounds := flag.Int("rounds", 3, "rounds; each runs every shape through every variant, rotating which goes first")
 	dir := flag.String("dir", os.TempDir(), "where the database files go (the disk under test)")
-	only := flag.String("variants", "modernc,c,intkey", "variants to run: modernc, c, intkey")
+	only := flag.String("variants", "modernc,c,intkey,nokey,tail,page1k", "variants to run: modernc, c, intkey, nokey, tail, page1k")
 	from := flag.String("migration", migration, "the migration whose events table is measured")
 	flag.Parse()
 	schema, err := eventsSchema(*from)
@@ -163,11 +211,15 @@ func main() {
 			}
 		}
 	}
-	fmt.Printf("\n| workload | variant | wall µs/event | user CPU µs/event | system CPU µs/event |\n|---|---|---|---|---|\n")
+	fmt.Printf("\n| workload | variant | wall µs/event | user CPU µs/event | system CPU µs/event | longest move (tail) |\n|---|---|---|---|---|---|\n")
 	for si, s := range shapes {
 		for vi, v := range chosen {
 			t := sum[key{si, vi}]
-			fmt.Printf("| %s | %s | %.1f | %.1f | %.1f |\n", s.name, v.label, t.per(t.wall), t.per(t.user), t.per(t.sys))
+			move := "—"
+			if v.tail {
+				move = fmt.Sprintf("%.1f ms", float64(t.longestMove.Microseconds())/1e3)
+			}
+			fmt.Printf("| %s | %s | %.1f | %.1f | %.1f | %s |\n", s.name, v.label, t.per(t.wall), t.per(t.user), t.per(t.sys), move)
 		}
 	}
 }
@@ -175,6 +227,9 @@ func main() {
 type result struct {
 	events          int
 	wall, user, sys time.Duration
+	// longestMove is the tail variant's longest move: how long the
+	// writer was held by one.
+	longestMove time.Duration
 }
 
 func (r *result) add(o result) {
@@ -182,6 +237,7 @@ func (r *result) add(o result) {
 	r.wall += o.wall
 	r.user += o.user
 	r.sys += o.sys
+	r.longestMove = max(r.longestMove, o.longestMove)
 }
 
 func (r *result) per(d time.Duration) float64 {
@@ -189,7 +245,11 @@ func (r *result) per(d time.Duration) float64 {
 }
 
 func (r result) String() string {
-	return fmt.Sprintf("%d events, wall %.1f, user %.1f, sys %.1f µs/event", r.events, r.per(r.wall), r.per(r.user), r.per(r.sys))
+	s := fmt.Sprintf("%d events, wall %.1f, user %.1f, sys %.1f µs/event", r.events, r.per(r.wall), r.per(r.user), r.per(r.sys))
+	if r.longestMove > 0 {
+		s += fmt.Sprintf(", longest move %.1f ms", float64(r.longestMove.Microseconds())/1e3)
+	}
+	return s
 }
 
 // appender writes events in the store's shape.
@@ -199,6 +259,8 @@ type appender struct {
 	sessions []string
 	seq      []int64
 	commits  int
+	// table is where the measured commits insert: events, or the tail.
+	table string
 }
 
 // measure prefills a new database with s.history events per session, then
@@ -213,13 +275,15 @@ func measure(dir, schema string, v variant, s shape) (result, error) {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1) // the store's one writer connection
-	if v.intKey {
-		schema = withIntKey(schema)
+	if v.init != "" {
+		if _, err := db.Exec(v.init); err != nil {
+			return result{}, fmt.Errorf("%s: %w", v.name, err)
+		}
 	}
-	if _, err := db.Exec(schema); err != nil {
+	if _, err := db.Exec(v.schema(schema)); err != nil {
 		return result{}, fmt.Errorf("%s: schema: %w", v.name, err)
 	}
-	a := &appender{db: db, v: v, sessions: make([]string, s.sessions), seq: make([]int64, s.sessions)}
+	a := &appender{db: db, v: v, sessions: make([]string, s.sessions), seq: make([]int64, s.sessions), table: "events"}
 	for i := range a.sessions {
 		a.sessions[i] = fmt.Sprintf("ses_%026d", i*7919) // an id's length
 	}
@@ -232,16 +296,44 @@ func measure(dir, schema string, v variant, s shape) (result, error) {
 	if _, err := db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
 		return result{}, err
 	}
+	var res result
+	moveEvery := max(1, 10*s.sessions/s.batch) // commits between moves: ~10 events per session
+	if v.tail {
+		a.table = "events_tail"
+	}
 	start := time.Now()
 	u0, s0 := cpu()
 	for c := 0; c < s.commits; c++ {
 		if err := a.commit(s.batch); err != nil {
 			return result{}, err
 		}
+		if v.tail && ((c+1)%moveEvery == 0 || c == s.commits-1) {
+			began := time.Now()
+			if err := a.move(); err != nil {
+				return result{}, err
+			}
+			res.longestMove = max(res.longestMove, time.Since(began))
+		}
 	}
-	wall := time.Since(start)
+	res.wall = time.Since(start)
 	u1, s1 := cpu()
-	return result{events: s.commits * s.batch, wall: wall, user: u1 - u0, sys: s1 - s0}, nil
+	res.events, res.user, res.sys = s.commits*s.batch, u1-u0, s1-s0
+	return res, nil
+}
+
+// move moves the tail into events in one transaction.
+func (a *appender) move() error {
+	tx, err := a.db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, stmt := range strings.Split(moveTail, ";\n") {
+		if _, err := tx.Exec(stmt); err != nil {
+			return fmt.Errorf("move the tail: %w", err)
+		}
+	}
+	return tx.Commit()
 }
 
 // commit appends n events, each to a random session, in one transaction.
@@ -260,7 +352,7 @@ func (a *appender) commit(n int) error {
 		if len(args) == 0 {
 			return nil
 		}
-		_, err := tx.Exec(insertText(len(args)/cols, a.v.intKey), args...)
+		_, err := tx.Exec(insertText(a.table, len(args)/cols, a.v.intKey), args...)
 		args = args[:0]
 		return err
 	}
@@ -284,12 +376,12 @@ func (a *appender) commit(n int) error {
 	return tx.Commit()
 }
 
-func insertText(rows int, intKey bool) string {
+func insertText(table string, rows int, intKey bool) string {
 	cols, row := "event_id, session_id, seq, run_id, parent_run_id, ts, type, payload", "(?,?,?,?,?,?,?,?),"
 	if intKey {
 		cols, row = cols+", session_key", "(?,?,?,?,?,?,?,?,?),"
 	}
-	return "INSERT INTO events (" + cols + ") VALUES " + strings.TrimSuffix(strings.Repeat(row, rows), ",")
+	return "INSERT INTO " + table + " (" + cols + ") VALUES " + strings.TrimSuffix(strings.Repeat(row, rows), ",")
 }
 
 // cpu is the process's user and system CPU time so far.
