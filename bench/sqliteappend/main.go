@@ -164,7 +164,15 @@ func main() {
 	dir := flag.String("dir", os.TempDir(), "where the database files go (the disk under test)")
 	only := flag.String("variants", "modernc,c,intkey,nokey,tail,page1k", "variants to run: modernc, c, intkey, nokey, tail, page1k")
 	from := flag.String("migration", migration, "the migration whose events table is measured")
+	calls := flag.Int("pwrites", 0, "instead: time this many WAL-frame-sized write calls under -dir (pwrite.go)")
 	flag.Parse()
+	if *calls > 0 {
+		if err := pwrites(*dir, *calls); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	schema, err := eventsSchema(*from)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
