@@ -29,6 +29,9 @@
 // inline, SQLite's default (the server runs them on a connection of its
 // own): the same work for every variant.
 //
+// With -pwrites N it times N write calls of a WAL frame's two parts
+// instead (pwrite.go): what fewer, larger writes could save.
+//
 // It is a module of its own so that the product does not depend on cgo:
 //
 //	cd bench/sqliteappend && go run . -rounds 3

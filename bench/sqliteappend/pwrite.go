@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// pwrites measures what one write system call of a WAL frame's costs on
+// pwrites measures what one write system call of a WAL frame costs on
 // the disk under dir: n writes alternating a frame's 24-byte header and a
 // 4 KiB page, as SQLite writes them, at offsets that start over at 4 MiB
 // like a WAL restarting. No fsync: the calls' own cost, not the disk's.
