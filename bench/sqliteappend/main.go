@@ -71,8 +71,10 @@ const tailTable = `CREATE TABLE events_tail (event_id TEXT NOT NULL, session_id 
   run_id TEXT NOT NULL DEFAULT '', parent_run_id TEXT NOT NULL DEFAULT '', ts INTEGER NOT NULL, type TEXT NOT NULL, payload TEXT NOT NULL)`
 
 // moveTail moves the whole tail into events, a session's rows together.
-const moveTail = `INSERT INTO events SELECT event_id, session_id, seq, run_id, parent_run_id, ts, type, payload FROM events_tail ORDER BY session_id, seq;
-DELETE FROM events_tail`
+var moveTail = []string{
+	`INSERT INTO events SELECT event_id, session_id, seq, run_id, parent_run_id, ts, type, payload FROM events_tail ORDER BY session_id, seq`,
+	`DELETE FROM events_tail`,
+}
 
 // withIntKey is schema with its reading key on an integer standing for
 // the session (the intkey variant).
@@ -139,6 +141,15 @@ func (v variant) schema(events string) string {
 		return events + ";\n" + tailTable
 	}
 	return events
+}
+
+// table is where the variant's measured commits insert (its prefill goes
+// to events).
+func (v variant) table() string {
+	if v.tail {
+		return "events_tail"
+	}
+	return "events"
 }
 
 var (
@@ -228,7 +239,7 @@ func main() {
 			t := sum[key{si, vi}]
 			move := "—"
 			if v.tail {
-				move = fmt.Sprintf("%.1f ms", float64(t.longestMove.Microseconds())/1e3)
+				move = fmt.Sprintf("%.1f ms", millis(t.longestMove))
 			}
 			fmt.Printf("| %s | %s | %.1f | %.1f | %.1f | %s |\n", s.name, v.label, t.per(t.wall), t.per(t.user), t.per(t.sys), move)
 		}
@@ -258,10 +269,12 @@ func (r *result) per(d time.Duration) float64 {
 func (r result) String() string {
 	s := fmt.Sprintf("%d events, wall %.1f, user %.1f, sys %.1f µs/event", r.events, r.per(r.wall), r.per(r.user), r.per(r.sys))
 	if r.longestMove > 0 {
-		s += fmt.Sprintf(", longest move %.1f ms", float64(r.longestMove.Microseconds())/1e3)
+		s += fmt.Sprintf(", longest move %.1f ms", millis(r.longestMove))
 	}
 	return s
 }
+
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 
 // appender writes events in the store's shape.
 type appender struct {
@@ -309,9 +322,7 @@ func measure(dir, schema string, v variant, s shape) (result, error) {
 	}
 	var res result
 	moveEvery := max(1, 10*s.sessions/s.batch) // commits between moves: ~10 events per session
-	if v.tail {
-		a.table = "events_tail"
-	}
+	a.table = v.table()
 	start := time.Now()
 	u0, s0 := cpu()
 	for c := 0; c < s.commits; c++ {
@@ -339,7 +350,7 @@ func (a *appender) move() error {
 		return err
 	}
 	defer tx.Rollback()
-	for _, stmt := range strings.Split(moveTail, ";\n") {
+	for _, stmt := range moveTail {
 		if _, err := tx.Exec(stmt); err != nil {
 			return fmt.Errorf("move the tail: %w", err)
 		}

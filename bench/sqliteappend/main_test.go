@@ -52,10 +52,7 @@ func TestEventsSchema(t *testing.T) {
 			if want := map[bool]int{true: 1024, false: 4096}[v.name == "page1k"]; size != want || mode != "wal" {
 				t.Fatalf("page size %d, journal mode %s; want %d, wal", size, mode, want)
 			}
-			a := &appender{db: db, v: v, sessions: []string{"ses_a", "ses_b"}, seq: make([]int64, 2), table: "events"}
-			if v.tail {
-				a.table = "events_tail"
-			}
+			a := &appender{db: db, v: v, sessions: []string{"ses_a", "ses_b"}, seq: make([]int64, 2), table: v.table()}
 			if err := a.commit(10); err != nil {
 				t.Fatal(err)
 			}

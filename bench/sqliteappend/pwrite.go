@@ -35,9 +35,9 @@ func pwrites(dir string, n int) error {
 			off = 0
 		}
 	}
-	wall := time.Since(start)
+	r := result{events: n, wall: time.Since(start)}
 	u1, s1 := cpu()
-	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(n) }
-	fmt.Printf("%d writes (24 B and 4 KiB alternating) under %s: wall %.2f, user %.2f, system %.2f µs per call\n", n, dir, per(wall), per(u1-u0), per(s1-s0))
+	r.user, r.sys = u1-u0, s1-s0
+	fmt.Printf("%d writes (24 B and 4 KiB alternating) under %s: wall %.2f, user %.2f, system %.2f µs per call\n", n, dir, r.per(r.wall), r.per(r.user), r.per(r.sys))
 	return nil
 }
