@@ -55,7 +55,15 @@ func (s *Service) lookup(ctx context.Context, name string) (*tool.Tool, error) {
 // timeout, on_failure return_to_agent, the agent's name and description —
 // each but the parameters overridable by PUT /v1/tools/call_<agent_id>.
 func (s *Service) agentTool(ctx context.Context, name string) (*tool.Tool, error) {
-	ag, err := s.agent(ctx, strings.TrimPrefix(name, tool.AgentToolPrefix))
+	id := strings.TrimPrefix(name, tool.AgentToolPrefix)
+	ag, err := s.agent(ctx, id)
+	if errors.Is(err, store.ErrNotFound) && strings.Contains(id, "__") {
+		// The OpenAI spelling of a dotted agent id, as GET /v1/tools lists
+		// it (tool.FunctionName): both spellings invoke the agent.
+		id = strings.ReplaceAll(id, "__", ".")
+		name = tool.AgentToolPrefix + id
+		ag, err = s.agent(ctx, id)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, ErrToolNotFound
 	}

@@ -405,6 +405,43 @@ func TestToolsForAgentListsLinkedAgents(t *testing.T) {
 	})
 }
 
+// A dotted agent id is listed with its OpenAI spelling (call_team__weather):
+// that spelling invokes the agent as the dotted one does, and the call is
+// recorded under the agent's own name.
+func TestAgentToolCallBothSpellings(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		h := newHarness(t, dialect)
+		h.registerAgent("agent-a", []string{"team.weather"}, nil)
+		weather := h.registerAgent("team.weather", nil, answer("sunny"))
+		r := h.newRun()
+		for _, tc := range []struct {
+			name, want string
+			ca         *childAgent
+		}{
+			{"call_team__weather", "call_team.weather", weather},
+			{"call_team.weather", "call_team.weather", weather},
+		} {
+			v, err := h.invoke(r, tc.name, `{"message":"here"}`, "")
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			if child := tc.ca.waitInvoked(t); child == "" {
+				t.Fatalf("%s: no child run", tc.name)
+			}
+			if v.Status != StatusSucceeded || v.ToolName != tc.want {
+				t.Fatalf("%s: %+v (%s)", tc.name, v, v.Error)
+			}
+			if c := h.call(v.ToolCallID); c.ToolName != tc.want {
+				t.Fatalf("%s: recorded as %s", tc.name, c.ToolName)
+			}
+		}
+		if _, err := h.invoke(r, "call_team__rain", `{"message":"here"}`, ""); !errors.Is(err, ErrToolNotFound) {
+			t.Fatalf("an unknown agent: %v", err)
+		}
+		h.finish()
+	})
+}
+
 // TestAgentToolCallInputRequired: a child that asks back (issue 10) settles
 // its call_<agent> call SUCCEEDED with {status:"input_required", question,
 // run_id} — the caller decides what to do — and the caller's next call of
