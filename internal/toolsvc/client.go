@@ -111,6 +111,9 @@ func (s *Service) Pending(ctx context.Context, sessionID string) ([]map[string]a
 		}
 		m := approvalRequired(a)
 		m["type"], m["session_id"], m["run_id"], m["ts"], m["resent"] = "approval_required", a.SessionID, a.RunID, now, true
+		if err := s.addParentRun(ctx, m, a.RunID); err != nil {
+			return nil, err
+		}
 		out = append(out, m)
 	}
 	for _, c := range calls {
@@ -119,7 +122,28 @@ func (s *Service) Pending(ctx context.Context, sessionID string) ([]map[string]a
 		}
 		m := toolRequest(c)
 		m["type"], m["session_id"], m["run_id"], m["ts"], m["resent"] = "tool_request", c.SessionID, c.RunID, now, true
+		if err := s.addParentRun(ctx, m, c.RunID); err != nil {
+			return nil, err
+		}
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// addParentRun gives a resent message the parent_run_id its logged original
+// carried: a child run's tool_request or approval_required names its parent,
+// a root run's has none (the ingress's envelope, messages.go).
+func (s *Service) addParentRun(ctx context.Context, m map[string]any, runID string) error {
+	run := s.runs.get(runID)
+	if run == nil {
+		var err error
+		if run, err = s.st.RunGet(ctx, runID); err != nil {
+			return err
+		}
+		s.runs.put(run)
+	}
+	if run.ParentRunID != "" {
+		m["parent_run_id"] = run.ParentRunID
+	}
+	return nil
 }

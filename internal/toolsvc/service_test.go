@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentplane/agentplane/internal/agent"
 	"github.com/agentplane/agentplane/internal/eventlog"
+	"github.com/agentplane/agentplane/internal/ids"
 	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/run"
 	"github.com/agentplane/agentplane/internal/store"
@@ -424,6 +425,44 @@ func TestDecisionRace(t *testing.T) {
 			}
 		}
 		h.finish()
+	})
+}
+
+// What Pending sends again after a subscribe names a child run's parent,
+// as the logged tool_request and approval_required did (DESIGN §11: a
+// child's client tools and approvals reach the client as a root's do); a
+// root run's carry no parent_run_id.
+func TestPendingNamesTheParentRun(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		h := newHarness(t, dialect)
+		h.put(tool.Definition{Name: "client.now", Kind: tool.KindClient, TimeoutMS: 5000, Policy: tool.Policy{Decision: "allow"}})
+		h.put(tool.Definition{Name: "client.ask", Kind: tool.KindClient, Policy: tool.Policy{Decision: "require_approval"}})
+		root := h.newRun()
+		child, err := h.st.RunInsert(h.ctx, &store.RunInsertParams{RunID: ids.New("run"), SessionID: root.SessionID, AgentID: "agent-a", ParentRunID: root.RunID,
+			RootRunID: root.RunID, Depth: 1, UserID: "alice", Owner: "test", StartedAt: time.Now().UnixMilli(), IntentionID: root.IntentionID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.online.Store(root.SessionID, true)
+		fromChild := h.mustInvoke(child, "client.now", `{}`)
+		asked := h.mustInvoke(child, "client.ask", `{}`)
+		fromRoot := h.mustInvoke(root, "client.now", `{}`)
+		if fromChild.State != store.ToolCallWaitingClient || asked.State != store.ToolCallWaitingApproval || fromRoot.State != store.ToolCallWaitingClient {
+			t.Fatalf("calls %s, %s, %s", fromChild.State, asked.State, fromRoot.State)
+		}
+		pending, err := h.svc.Pending(h.ctx, root.SessionID)
+		if err != nil || len(pending) != 3 {
+			t.Fatalf("pending %v, %v", pending, err)
+		}
+		for _, m := range pending {
+			want := any(root.RunID)
+			if m["run_id"] == root.RunID {
+				want = nil
+			}
+			if m["parent_run_id"] != want {
+				t.Errorf("%s of %s: parent_run_id %v, want %v", m["type"], m["run_id"], m["parent_run_id"], want)
+			}
+		}
 	})
 }
 
