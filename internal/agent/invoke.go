@@ -62,7 +62,7 @@ type InvokeRequest struct {
 	RemoteContextID string
 	// Paused, when set, excuses silence: a timeout that fires while it
 	// reports true is re-armed instead, because the agent is waiting on the
-	// platform (an approval, a client tool) rather than stuck. It runs on a
+	// platform (an approval, a tool call, a child run) rather than stuck. It runs on a
 	// timer goroutine, once per timeout period.
 	Paused func() bool
 }
@@ -103,8 +103,11 @@ type Client struct {
 	// reaches public addresses only.
 	HTTP *http.Client
 	// FirstByteTimeout bounds the time from sending the request to the
-	// response headers and the first event. Keep-alive comments do not count:
-	// an agent that is busy should say so with a state event. 0 means
+	// response's first bytes, and then each silence until the first event:
+	// keep-alive comments count. An agent's first event may be long in
+	// coming while its handler calls a slow tool or LLM, and the SDKs say
+	// "still here" with keep-alives (seed 001 §1.2 names the wait for an
+	// agent's first packet as a risk of cut connections). 0 means
 	// DefaultFirstByteTimeout.
 	FirstByteTimeout time.Duration
 	// IdleTimeout bounds the silence between events once the first has
@@ -515,15 +518,17 @@ func (a *activityReader) Read(p []byte) (int, error) {
 // cancels, or re-arms while the run is paused.
 type watchdog struct {
 	cancel    context.CancelCauseFunc
+	first     time.Duration
 	idle      time.Duration
 	paused    func() bool
 	mu        sync.Mutex
 	t         *time.Timer
+	heard     bool // bytes have arrived
 	streaming bool // the first event has arrived
 }
 
 func newWatchdog(cancel context.CancelCauseFunc, first, idle time.Duration, paused func() bool) *watchdog {
-	w := &watchdog{cancel: cancel, idle: idle, paused: paused}
+	w := &watchdog{cancel: cancel, first: first, idle: idle, paused: paused}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.arm(first, fmt.Sprintf("no response and first event from the agent within %s", first))
@@ -545,13 +550,20 @@ func (w *watchdog) fire(d time.Duration, why string) {
 	w.cancel(&InvokeError{Code: CodeAgentTimeout, Message: why})
 }
 
-// activity restarts the idle clock; before the first event only the first
-// byte deadline applies.
+// activity restarts the clock: the idle deadline once events flow, the
+// first event's deadline before (keep-alives from a busy handler).
 func (w *watchdog) activity() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.streaming {
+	switch {
+	case w.streaming:
 		w.t.Reset(w.idle)
+	case !w.heard:
+		w.heard = true
+		w.t.Stop()
+		w.arm(w.first, fmt.Sprintf("the agent sent no event and was silent for more than %s", w.first))
+	default:
+		w.t.Reset(w.first)
 	}
 }
 

@@ -345,23 +345,19 @@ func TestInvokeFirstByteTimeout(t *testing.T) {
 		"no headers": func(t *testing.T) http.HandlerFunc {
 			return func(w http.ResponseWriter, r *http.Request) { waitGone(t, r) }
 		},
-		// Headers and keep-alives, but no event: keep-alives do not stand
-		// in for the first event.
-		"keep-alives only": func(t *testing.T) http.HandlerFunc {
+		"headers, then silence": func(t *testing.T) http.HandlerFunc {
 			return func(w http.ResponseWriter, r *http.Request) {
 				startSSE(w)
-				tick := time.NewTicker(20 * time.Millisecond)
-				defer tick.Stop()
-				for {
-					select {
-					case <-r.Context().Done():
-						return
-					case <-t.Context().Done():
-						return
-					case <-tick.C:
-						raw(w, ": ping\n")
-					}
-				}
+				waitGone(t, r)
+			}
+		},
+		// Keep-alives, then silence before any event: the first event's
+		// deadline counts from the last bytes.
+		"keep-alives, then silence": func(t *testing.T) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) {
+				startSSE(w)
+				raw(w, ": keep-alive\n\n")
+				waitGone(t, r)
 			}
 		},
 	}
@@ -381,6 +377,29 @@ func TestInvokeFirstByteTimeout(t *testing.T) {
 			}
 		})
 	}
+	// A handler busy before its first event (a slow tool or LLM call) says
+	// so with keep-alives, as the SDKs do: 4.5 s of them, three times the
+	// first event's deadline, then the answer. The window is wide because
+	// a loaded CI machine under -race can stall a goroutine for hundreds of
+	// milliseconds.
+	t.Run("keep-alives before the first event keep it open", func(t *testing.T) {
+		t.Parallel()
+		srv := agentServer(t, func(w http.ResponseWriter, r *http.Request) {
+			startSSE(w)
+			for range 90 {
+				time.Sleep(50 * time.Millisecond)
+				raw(w, ": keep-alive\n\n")
+			}
+			send(w, "delta", `{"text":"late"}`)
+			send(w, "done", `{}`)
+		})
+		c := testClient(t)
+		c.FirstByteTimeout = 1500 * time.Millisecond
+		var evs []StreamEvent
+		if _, err := c.Invoke(t.Context(), srv.URL, testReq, collect(&evs)); err != nil || len(evs) != 1 {
+			t.Fatalf("%v, %d events", err, len(evs))
+		}
+	})
 }
 
 func TestInvokeIdleTimeout(t *testing.T) {

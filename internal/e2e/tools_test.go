@@ -1509,6 +1509,30 @@ func TestToolCancelRunCascades(t *testing.T) {
 	})
 }
 
+// An agent whose first act is a slow server tool call is silent meanwhile,
+// past the first event's deadline and the idle one: it waits on the
+// platform, as it would for an approval, and the run is not cut with
+// agent_timeout (its tool call has a deadline of its own).
+func TestSilentWhileItsToolRuns(t *testing.T) {
+	eachStore(t, func(t *testing.T, dsn string) {
+		s := startServer(t, dsn, "--agent-first-byte-timeout", "1s", "--agent-idle-timeout", "1s")
+		te := newToolEndpoint(t)
+		putTool(t, s, "srv.slow", transferTool(te.URL+"/slow", "return_to_agent", map[string]any{"decision": "allow"}))
+		startPyToolAgent(t, s, "py-tools")
+		c := dial(t, s, "alice", "alice-key")
+		started := c.invokeSpec("py-tools", "", map[string]any{"tool": "srv.slow", "args": map[string]any{"amount": 1}, "quiet": true})
+		callID := te.waitSlow(t)
+		time.Sleep(3 * time.Second) // three times either deadline
+		te.unblockSlow()
+		if run := waitRunEnded(t, s, sv(started, "run_id")); run["status"] != "DONE" {
+			t.Fatalf("run %v", run)
+		}
+		if v := toolCall(t, s, callID); v["state"] != "SUCCEEDED" {
+			t.Fatalf("tool call %v", v)
+		}
+	})
+}
+
 // ---------------------------------------------------------------------------
 // 9. A crash while runs wait: the restart fails them and cancels their waits.
 

@@ -427,9 +427,10 @@ func (m *Manager) fail(ctx context.Context, run *store.Run, code, message string
 }
 
 // waiting reports whether a run's agent is expected to be silent: the run
-// waits for an approval or a client tool, or for a child run it started
-// (the agent is long-polling the platform). It reads the store: the wait
-// may be settled by another replica.
+// waits for an approval or a client tool, for a tool call it made (a slow
+// server or MCP tool, bounded by its own deadline), or for a child run it
+// started — the agent is long-polling the platform. It reads the store: the
+// wait may be settled by another replica.
 func (m *Manager) waiting(runID string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -438,6 +439,9 @@ func (m *Manager) waiting(runID string) bool {
 		return false
 	}
 	if r.Status == store.RunPausedWaitingApproval || r.Status == store.RunPausedWaitingTool {
+		return true
+	}
+	if calls, err := m.st.ToolCallListActiveByRun(ctx, runID); err == nil && len(calls) > 0 {
 		return true
 	}
 	kids, err := m.st.RunListChildren(ctx, runID)

@@ -13,6 +13,9 @@ failed (ToolError), or ``api_error:<code>`` when the platform refused the
 request; each delta ends with a newline. The run then finishes normally, so
 a return_to_agent failure ends the run DONE.
 
+``quiet``: no first event before the call: the handler is silent while its
+tool call runs, as an agent that calls a slow tool first is.
+
 ``gate``: GET this URL (repeatedly, until it answers 200) before the first
 call, so a test can hold the agent back. ``report``: POST the outcome of each
 call there as JSON ({ok, result} or {ok:false, code, tool_call_id, state} or
@@ -64,9 +67,10 @@ def handle(req: agentplane.Request):
         yield "bad message: not JSON\n"
         return
     name = spec.get("tool")
-    # A first event at once: the platform's first-byte timer must not fire
-    # while the call waits for an approval or the user's client.
-    yield agentplane.State("calling_tool", {"tool": name})
+    # A first event at once (unless quiet): the test is of the tool call,
+    # not of the platform's patience with a silent agent.
+    if not spec.get("quiet"):
+        yield agentplane.State("calling_tool", {"tool": name})
     if spec.get("gate"):
         _wait_gate(spec["gate"])
     if not name:
