@@ -149,6 +149,33 @@ func TestAgentKeysReachOnlyTheirOwnRuns(t *testing.T) {
 		if code, _ := s.call("GET", "/v1/runs/"+runID, keyB, nil); code != http.StatusNotFound {
 			t.Fatalf("agent b reads a's run: %d", code)
 		}
+		// Every route refuses an agent whose x-run-id is another agent's
+		// run, or no run at all; its own run passes.
+		for _, rt := range []struct{ method, path string }{
+			{"GET", "/v1/context/notes"},
+			{"PUT", "/v1/context/notes"},
+			{"POST", "/v1/agents/b:heartbeat"},
+			{"GET", "/v1/agents"},
+			{"GET", "/v1/tools"},
+			{"GET", "/v1/tool_calls/tc_none"},
+			{"GET", "/v1/runs/" + runID},
+		} {
+			var body any
+			if rt.method == "PUT" {
+				body = map[string]any{"data": "x"}
+			}
+			for _, foreign := range []string{runID, "run_none"} {
+				if code, resp := s.call(rt.method, rt.path, keyB, body, "x-run-id", foreign); code != http.StatusForbidden || errCode(resp) != "forbidden" {
+					t.Errorf("%s %s by b with x-run-id %s: %d %v", rt.method, rt.path, foreign, code, resp)
+				}
+			}
+		}
+		if code, resp := s.call("PUT", "/v1/context/notes", keyA, map[string]any{"data": "x"}, "x-run-id", runID); code >= 300 {
+			t.Fatalf("a writes its context with its run: %d %v", code, resp)
+		}
+		if code, resp := s.call("POST", "/v1/agents/a:heartbeat", keyA, nil, "x-run-id", runID); code != 200 {
+			t.Fatalf("a's heartbeat with its run: %d %v", code, resp)
+		}
 		if code, body := s.call("GET", "/v1/runs/"+runID, keyA, nil); code != 200 || body["status"] != "DONE" {
 			t.Fatalf("agent a reads its run: %d %v", code, body)
 		}

@@ -20,9 +20,13 @@ var (
 	errSessNotFound = run.ErrSessionNotFound // the same answer as agent_invoke's and subscribe's
 )
 
-// principal authenticates r or writes 401 and returns ok=false.
+// principal authenticates r or writes 401 (403 for an agent whose x-run-id
+// is another's run) and returns ok=false.
 func (a *API) principal(w http.ResponseWriter, r *http.Request) (auth.Principal, bool) {
 	p, err := a.Keys.Request(r)
+	if err == nil {
+		err = a.checkRunHeader(r, p)
+	}
 	if err != nil {
 		respond.Err(w, r, err)
 		return p, false
