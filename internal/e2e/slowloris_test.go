@@ -243,8 +243,13 @@ func TestWebSocketHelloDeadline(t *testing.T) {
 					}
 				}()
 			}
-			if _, err := c.read(10 * time.Second); err == nil || strings.Contains(err.Error(), "timeout") {
-				t.Fatalf("a connection without hello stayed open: %v", err)
+			// Told why (error hello_timeout), then closed with 1008.
+			if m, err := c.read(10 * time.Second); err != nil || m["type"] != "error" || m["code"] != "hello_timeout" {
+				t.Fatalf("a connection without hello: %v, %v", m, err)
+			}
+			_, err := c.read(10 * time.Second)
+			if !websocket.IsCloseError(err, websocket.ClosePolicyViolation) {
+				t.Fatalf("a connection without hello stayed open or was not closed with 1008: %v", err)
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,17 +98,13 @@ func (c *conn) serve() {
 	for {
 		mt, r, err := c.ws.NextReader()
 		if err != nil {
-			if errors.Is(err, websocket.ErrReadLimit) {
-				c.closeWith(websocket.CloseMessageTooBig, "message too large")
-			}
+			c.readFailed(err)
 			return
 		}
 		// Buffer one byte past the limit to tell "at the limit" from "over".
 		data, err := io.ReadAll(io.LimitReader(r, int64(max)+1))
 		if err != nil {
-			if errors.Is(err, websocket.ErrReadLimit) {
-				c.closeWith(websocket.CloseMessageTooBig, "message too large")
-			}
+			c.readFailed(err)
 			return
 		}
 		if len(data) > max {
@@ -192,6 +189,27 @@ func (c *conn) hello(data []byte) bool {
 	c.ws.SetReadDeadline(time.Now().Add(c.s.opts.PongWait))
 	c.send(&reply{Type: "ready", TS: nowMS(), RequestID: requestID, UserID: userID})
 	return true
+}
+
+// readFailed says why, where the client is owed a reason, before the
+// connection ends on a failed read: a frame over the hard limit is closed
+// with 1009; a client that said no valid hello within HelloTimeout is told
+// so, as a bad hello is, rather than only losing its TCP connection (the
+// read deadline has passed; writes have their own).
+func (c *conn) readFailed(err error) {
+	switch {
+	case errors.Is(err, websocket.ErrReadLimit):
+		c.closeWith(websocket.CloseMessageTooBig, "message too large")
+	case c.user() == "" && isTimeout(err):
+		c.send(errorReply("", "hello_timeout", "no hello within "+c.s.opts.HelloTimeout.String()+"; the first message must be hello {user_id, api_key}"))
+		c.closeWith(websocket.ClosePolicyViolation, "hello timeout")
+	}
+}
+
+// isTimeout reports whether a read failed on its deadline.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 func (c *conn) sendPing() {

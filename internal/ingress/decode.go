@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/agentplane/agentplane/internal/respond"
@@ -37,7 +38,7 @@ type command struct {
 func decodeCommand(data []byte) (*command, *reply) {
 	var m inbound
 	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, errorReply("", "invalid_json", "message is not a JSON object: "+respond.JSONMessage(err))
+		return nil, errorReply(requestIDOf(data), "invalid_json", "message is not a JSON object: "+respond.JSONMessage(err))
 	}
 	c := &command{Type: m.Type, RequestID: m.RequestID, SessionID: m.SessionID, AgentID: m.AgentID, RunID: m.RunID, Reason: m.Reason}
 	bad := func(msg string) (*command, *reply) { return nil, errorReply(m.RequestID, "invalid_message", msg) }
@@ -107,10 +108,48 @@ func decodeCommand(data []byte) (*command, *reply) {
 // with a user id.
 func decodeHello(data []byte) (userID, apiKey, requestID string, ok bool) {
 	var m inbound
-	if err := json.Unmarshal(data, &m); err != nil || m.Type != "hello" || m.UserID == "" {
+	if err := json.Unmarshal(data, &m); err != nil {
+		return "", "", requestIDOf(data), false
+	}
+	if m.Type != "hello" || m.UserID == "" {
 		return "", "", m.RequestID, false
 	}
 	return m.UserID, m.APIKey, m.RequestID, true
+}
+
+// requestIDOf recovers the request_id of a message that did not decode as
+// a whole (a field of the wrong type), so its error reply still names it
+// (DESIGN §4); "" when there is none, it is not a string, or the message
+// is not JSON.
+func requestIDOf(data []byte) string {
+	var m struct {
+		RequestID json.RawMessage `json:"request_id"`
+	}
+	var id string
+	if json.Unmarshal(data, &m) != nil || json.Unmarshal(m.RequestID, &id) != nil {
+		return ""
+	}
+	return id
+}
+
+// clientTS is a client message's ts: any JSON number, or null, and nothing
+// is kept. The server never reads it, so it must not refuse a number an
+// int64 cannot hold, such as a fraction of a millisecond.
+type clientTS struct{}
+
+// UnmarshalJSON implements json.Unmarshaler. b is one valid JSON value.
+func (*clientTS) UnmarshalJSON(b []byte) error {
+	switch b[0] {
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'n':
+		return nil
+	case '"':
+		return errors.New("ts: expected a number, got string")
+	case 't', 'f':
+		return errors.New("ts: expected a number, got bool")
+	case '[':
+		return errors.New("ts: expected a number, got array")
+	}
+	return errors.New("ts: expected a number, got object")
 }
 
 func quote(s string) string {

@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"math"
 	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/agentplane/agentplane/internal/store"
 )
@@ -150,5 +153,85 @@ func TestClientMessageOneAllocation(t *testing.T) {
 		ParentRunID: "run_019ac4e3-7b1f-7c2e-9d4a-5f6e7d8c9b0d", Payload: json.RawMessage(`{"text":"Sunny "}`)}
 	if n := testing.AllocsPerRun(100, func() { ClientMessage(e) }); n != 1 {
 		t.Fatalf("ClientMessage allocates %v times per message, want 1", n)
+	}
+}
+
+// ts is informational: any JSON number is taken, fractions included (Python
+// clients send time.time()*1000), on hello as on every other message; only
+// a ts that is not a number is refused.
+func TestDecodeTakesAnyNumberAsTS(t *testing.T) {
+	for _, ts := range []string{`1795958509959.436`, `1795958509959`, `-1`, `1e400`, `null`} {
+		cmd, bad := decodeCommand([]byte(`{"type":"subscribe","request_id":"r","session_id":"s","after_seq":3,"ts":` + ts + `}`))
+		if bad != nil || cmd.AfterSeq != 3 {
+			t.Errorf("ts %s: %+v %+v", ts, cmd, bad)
+		}
+		if user, key, reqID, ok := decodeHello([]byte(`{"type":"hello","request_id":"h","user_id":"u","api_key":"k","ts":` + ts + `}`)); !ok || user != "u" || key != "k" || reqID != "h" {
+			t.Errorf("hello with ts %s: %q %q %q %v", ts, user, key, reqID, ok)
+		}
+	}
+	for ts, kind := range map[string]string{`"1"`: "string", `true`: "bool", `{}`: "object", `[1]`: "array"} {
+		_, bad := decodeCommand([]byte(`{"type":"subscribe","request_id":"r","session_id":"s","after_seq":3,"ts":` + ts + `}`))
+		if bad == nil || bad.Code != "invalid_json" || bad.RequestID != "r" || bad.Message != "message is not a JSON object: ts: expected a number, got "+kind {
+			t.Errorf("ts %s: %+v", ts, bad)
+		}
+	}
+}
+
+// A message refused for a field of the wrong type still names its
+// request_id in the error (DESIGN §4), with the code and message it had.
+func TestDecodeErrorKeepsRequestID(t *testing.T) {
+	for data, want := range map[string]*reply{
+		`{"type":"subscribe","request_id":"r7","session_id":"s","after_seq":"3"}`: {RequestID: "r7", Message: "message is not a JSON object: after_seq: expected an integer, got string"},
+		`{"after_seq":"3","type":"subscribe","session_id":"s","request_id":"r8"}`: {RequestID: "r8", Message: "message is not a JSON object: after_seq: expected an integer, got string"},
+		`{"type":"agent_invoke","request_id":"r9","agent_id":5}`:                  {RequestID: "r9", Message: "message is not a JSON object: agent_id: expected a string, got number"},
+		`{"type":"subscribe","request_id":7,"session_id":"s","after_seq":"3"}`:    {RequestID: ""},
+		`{"type":"subscribe","request_id":"r","session_id":"s","after_seq":3`:     {RequestID: ""},
+	} {
+		_, bad := decodeCommand([]byte(data))
+		if bad == nil || bad.Code != "invalid_json" || bad.RequestID != want.RequestID || (want.Message != "" && bad.Message != want.Message) {
+			t.Errorf("%s: %+v, want request_id %q", data, bad, want.RequestID)
+		}
+	}
+	if _, _, reqID, ok := decodeHello([]byte(`{"type":"hello","request_id":"h1","user_id":5}`)); ok || reqID != "h1" {
+		t.Errorf("hello with a numeric user_id: %q %v, want refused with request_id h1", reqID, ok)
+	}
+}
+
+// Over a connection: a hello and an agent_invoke with a fractional ts are
+// taken, and a subscribe whose after_seq is a string is refused with its
+// request_id (the audit's Python client).
+func TestFractionalTSAndRequestIDOverWebSocket(t *testing.T) {
+	url := newTestServer(t, Options{})
+	c, _, err := websocket.DefaultDialer.Dial(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	read := func() map[string]any {
+		t.Helper()
+		var m map[string]any
+		if err := c.ReadJSON(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	send := func(raw string) {
+		t.Helper()
+		if err := c.WriteMessage(websocket.TextMessage, []byte(raw)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"type":"hello","request_id":"h","user_id":"u","api_key":"k","ts":1795958509959.436}`)
+	if m := read(); m["type"] != "ready" || m["request_id"] != "h" {
+		t.Fatalf("hello with a fractional ts: %v", m)
+	}
+	send(`{"type":"agent_invoke","request_id":"r1","agent_id":"nobody","message":{"role":"user","content":"hi"},"ts":1795958509959.436}`)
+	if m := read(); m["type"] != "error" || m["request_id"] != "r1" || m["code"] != "agent_not_found" {
+		t.Fatalf("agent_invoke with a fractional ts: %v, want it decoded (agent_not_found for r1)", m)
+	}
+	send(`{"type":"subscribe","request_id":"r2","session_id":"ses_x","after_seq":"3"}`)
+	if m := read(); m["type"] != "error" || m["request_id"] != "r2" || m["code"] != "invalid_json" {
+		t.Fatalf("subscribe with a string after_seq: %v, want invalid_json for r2", m)
 	}
 }

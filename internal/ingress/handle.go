@@ -2,7 +2,6 @@ package ingress
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -120,28 +119,7 @@ func (c *conn) subscribe(ctx context.Context, cmd *command) {
 		return
 	}
 	c.followSession(cmd.SessionID, cmd.AfterSeq, true)
-	c.resendPending(ctx, cmd.SessionID)
-}
-
-// resendPending sends again what the session still waits for from its
-// client — tool requests and approvals — because the client may have missed
-// them before it reconnected. They carry no seq (the log delivered them
-// once already); clients dedupe by tool_call_id / approval_id.
-func (c *conn) resendPending(ctx context.Context, sessionID string) {
-	if c.s.opts.Tools == nil {
-		return
-	}
-	pending, err := c.s.opts.Tools.Pending(ctx, sessionID)
-	if err != nil {
-		c.log.Warn("list pending tool requests", "session_id", sessionID, "err", err)
-		return
-	}
-	for _, m := range pending {
-		b, err := json.Marshal(m)
-		if err == nil && !c.write(b) {
-			return
-		}
-	}
+	c.resendPending(ctx, cmd.SessionID, cmd.AfterSeq)
 }
 
 func (c *conn) toolResult(ctx context.Context, cmd *command) {

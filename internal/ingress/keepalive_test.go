@@ -21,12 +21,20 @@ import (
 func serveIngress(t *testing.T, st store.Store, opts Options) (*Server, *eventlog.Log, string) {
 	t.Helper()
 	log := eventlog.New(st, eventlog.Options{})
+	srv, url := serveIngressOn(t, log, opts)
+	return srv, log, url
+}
+
+// serveIngressOn is serveIngress over log (stopped when the test ends), for
+// tests that build services on the log first.
+func serveIngressOn(t *testing.T, log *eventlog.Log, opts Options) (*Server, string) {
+	t.Helper()
 	t.Cleanup(log.Stop)
 	runs := run.New(log, run.Options{InstanceID: "t", Invoker: &agent.Client{}})
-	srv := New(auth.New("admin-key-0123456789", map[string]string{"u": "k"}, st), runs, log, opts)
+	srv := New(auth.New("admin-key-0123456789", map[string]string{"u": "k"}, log.Store()), runs, log, opts)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	return srv, log, "ws" + strings.TrimPrefix(hs.URL, "http")
+	return srv, "ws" + strings.TrimPrefix(hs.URL, "http")
 }
 
 // ingressOn is serveIngress on a fresh database of dialect, with a session
@@ -92,6 +100,8 @@ func TestPingKeepsLiveClientsAndDropsDeadOnes(t *testing.T) {
 	}
 }
 
+// A client that says no hello in time is told so — error hello_timeout,
+// then a close 1008, as a bad hello is answered — not only disconnected.
 func TestHelloTimeout(t *testing.T) {
 	url := newTestServer(t, Options{HelloTimeout: 200 * time.Millisecond})
 	c, _, err := websocket.DefaultDialer.Dial(url, nil)
@@ -99,9 +109,23 @@ func TestHelloTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	expectHelloTimeout(t, c)
+}
+
+// expectHelloTimeout reads what a client without hello gets at the hello
+// deadline: error hello_timeout and a close 1008.
+func expectHelloTimeout(t *testing.T, c *websocket.Conn) {
+	t.Helper()
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, _, err := c.ReadMessage(); err == nil || strings.Contains(err.Error(), "timeout") {
-		t.Fatalf("silent client kept: %v", err)
+	var m map[string]any
+	if err := c.ReadJSON(&m); err != nil {
+		t.Fatalf("a client without hello got no error before the close: %v", err)
+	}
+	if m["type"] != "error" || m["code"] != "hello_timeout" || m["message"] == "" || m["seq"] != nil {
+		t.Fatalf("a client without hello got %v, want error hello_timeout", m)
+	}
+	if _, _, err := c.ReadMessage(); !websocket.IsCloseError(err, websocket.ClosePolicyViolation) {
+		t.Fatalf("after hello_timeout: %v, want close 1008", err)
 	}
 }
 
@@ -128,8 +152,5 @@ func TestHelloTimeoutIgnoresPongs(t *testing.T) {
 			}
 		}
 	}()
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, _, err := c.ReadMessage(); err == nil || strings.Contains(err.Error(), "timeout") {
-		t.Fatalf("a client sending pongs without hello was kept: %v", err)
-	}
+	expectHelloTimeout(t, c)
 }

@@ -85,8 +85,10 @@ func ClientMessage(e *store.Event) []byte {
 // inbound is every field any client message may carry; Type picks which
 // ones matter.
 type inbound struct {
-	Type      string          `json:"type"`
-	TS        int64           `json:"ts"`
+	Type string `json:"type"`
+	// TS is informational: any JSON number, fractions included (Python
+	// clients send time.time()*1000).
+	TS        clientTS        `json:"ts"`
 	RequestID string          `json:"request_id"`
 	UserID    string          `json:"user_id"`
 	APIKey    string          `json:"api_key"`

@@ -6,8 +6,10 @@ package ingress
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -127,8 +129,30 @@ func New(keys *auth.Keys, runs *run.Manager, log *eventlog.Log, opts Options) *S
 		// no buffer of its own (memory per idle connection, issue 2).
 		WriteBufferPool: &sync.Pool{},
 		CheckOrigin:     func(*http.Request) bool { return true }, // auth is the hello key, not cookies
+		Error:           upgradeError,
 	}
 	return s
+}
+
+// upgradeError answers a request the upgrader refused with the structured
+// error every HTTP refusal is (DESIGN §2.7), not gorilla's text/plain
+// status line: 400 websocket_upgrade_required for a request that is not a
+// WebSocket handshake (a plain GET, a missing key or version), 405 for a
+// method other than GET (HEAD reaches here through the GET route), and an
+// internal error, logged, when the connection cannot be taken over.
+func upgradeError(w http.ResponseWriter, r *http.Request, status int, reason error) {
+	// As gorilla does: the version header tells a client which one to speak.
+	w.Header().Set("Sec-Websocket-Version", "13")
+	switch {
+	case status == http.StatusMethodNotAllowed:
+		w.Header().Set("Allow", http.MethodGet)
+		respond.Err(w, r, respond.E(status, "method_not_allowed", "a WebSocket handshake is a GET request"))
+	case status >= http.StatusInternalServerError:
+		respond.Err(w, r, fmt.Errorf("websocket upgrade: %w", reason))
+	default:
+		respond.Err(w, r, respond.E(status, "websocket_upgrade_required",
+			r.URL.Path+" takes a WebSocket handshake: "+strings.TrimPrefix(reason.Error(), "websocket: ")))
+	}
 }
 
 // Connections is the number of open client connections.
