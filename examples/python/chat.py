@@ -178,6 +178,11 @@ def chat_once(ws: WebSocket, incoming: Iterator[Any], agent: str, text: str, ses
         elif t == "error":
             print(f"\n! {m.get('code')}: {m.get('message')}")
             return session_id
+        elif t == "input_required":
+            # The agent asks the user: the run is over, and the session's
+            # next message (the next line typed) answers it.
+            print(f"\n? {m.get('question')}")
+            return session_id
         elif t in ("tool_request", "approval_required"):
             print(f"\n  ({t}: {json.dumps(m)})")
     raise ConnectionError("server closed the connection")

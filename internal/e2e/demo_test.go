@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"context"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // demoKeysRE reads the keys `serve --demo` prints.
@@ -106,5 +109,30 @@ func TestDemoKeysFromEnvironment(t *testing.T) {
 	c.send(map[string]any{"type": "agent_invoke", "request_id": "r", "agent_id": "demo", "message": map[string]any{"role": "user", "content": "hi"}})
 	if msgs := c.untilEnd(); msgs[len(msgs)-1]["type"] != "done" {
 		t.Fatalf("run: %v", msgs)
+	}
+}
+
+// TestChatExampleAgainstTheDemo runs the terminal chat client
+// (examples/python/chat.py) as its README says, against `serve --demo`: a
+// question without a city makes the demo agent ask back (input_required),
+// which the client shows and ends the turn on; the next message answers it
+// and the weather tool's result streams back.
+func TestChatExampleAgainstTheDemo(t *testing.T) {
+	s := startDemo(t)
+	user := demoUserKeyRE.FindStringSubmatch(s.output())
+	if user == nil {
+		t.Fatalf("no demo user key:\n%s", s.output())
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "python3", filepath.Join(repoRoot, "examples", "python", "chat.py"),
+		"--url", s.URL, "--user", "demo", "--api-key", user[1], "--agent", "demo", "What's the weather?", "Oslo").CombinedOutput()
+	if err != nil {
+		t.Fatalf("chat.py: %v\n%s", err, out)
+	}
+	text := string(out)
+	ask, answer := strings.Index(text, "? Which city?"), strings.Index(text, "Tool result: city: Oslo")
+	if ask < 0 || answer < ask || !strings.Contains(text, "(done, usage") {
+		t.Fatalf("chat.py printed:\n%s", text)
 	}
 }
