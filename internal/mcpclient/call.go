@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"syscall"
 	"time"
 
@@ -20,8 +21,9 @@ import (
 // live session — a POST of its own on a Streamable HTTP session
 // (httpcall.go), the SDK's CallTool on a stdio one. Cancelling ctx sends
 // notifications/cancelled. A server without a session fails at once with
-// ErrMCPUnreachable; a session lost during the call, with
-// ErrMCPOutcomeUnknown.
+// ErrMCPUnreachable, and so does a call whose session the platform closes
+// under it (the server deleted or replaced); a session lost during the
+// call, with ErrMCPOutcomeUnknown.
 func (m *Manager) CallMCP(ctx context.Context, call toolsvc.MCPCall) (*toolsvc.MCPResult, error) {
 	c := m.conn(call.Server)
 	if c == nil {
@@ -31,6 +33,26 @@ func (m *Manager) CallMCP(ctx context.Context, call toolsvc.MCPCall) (*toolsvc.M
 	if cs == nil {
 		return nil, fmt.Errorf("%w: MCP server %s is not connected (%s)", toolsvc.ErrMCPUnreachable, call.Server, why)
 	}
+	// A call in flight must not outlive its session: a Streamable HTTP
+	// call is a POST of its own that would run on to its deadline, and the
+	// session's close (its DELETE, a stdio server's exit) waits for the
+	// calls its server still runs. Ended with the conn, the call sends
+	// notifications/cancelled, so the server ends its handler too.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.ctx, cancel)()
+	res, err := c.call(cctx, cs, hc, call)
+	if err != nil && ctx.Err() == nil && c.ctx.Err() != nil {
+		// The server was deleted or replaced (or the process is stopping)
+		// under the call: it fails at once, as one made while the server is
+		// away does (DESIGN §13), instead of hanging to its deadline.
+		return nil, fmt.Errorf("%w: MCP server %s was removed or replaced while the call ran (the tool may have run)", toolsvc.ErrMCPUnreachable, call.Server)
+	}
+	return res, err
+}
+
+// call is CallMCP on a live session.
+func (c *conn) call(ctx context.Context, cs *mcp.ClientSession, hc *http.Client, call toolsvc.MCPCall) (*toolsvc.MCPResult, error) {
 	args := call.Args
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage(`{}`)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -36,9 +38,20 @@ type platform struct {
 
 func newPlatform(t *testing.T, dialect string) *platform {
 	t.Helper()
+	return newPlatformLogged(t, dialect, nil)
+}
+
+// newPlatformLogged is newPlatform with the tool service logging JSON
+// lines to logs (nil: the default logger).
+func newPlatformLogged(t *testing.T, dialect string, logs *logBuffer) *platform {
+	t.Helper()
 	p := &platform{t: t, ctx: context.Background(), st: testdb.Open(t, dialect)}
 	p.log = eventlog.New(p.st, eventlog.Options{Origin: "test"})
-	p.svc = toolsvc.New(p.log, toolsvc.Options{SweepInterval: 50 * time.Millisecond, InlineWait: 5 * time.Second})
+	var logger *slog.Logger
+	if logs != nil {
+		logger = slog.New(slog.NewJSONHandler(logs, nil))
+	}
+	p.svc = toolsvc.New(p.log, toolsvc.Options{SweepInterval: 50 * time.Millisecond, InlineWait: 5 * time.Second, Logger: logger})
 	p.runs = run.New(p.log, run.Options{InstanceID: "test", Invoker: &agent.Client{}, OnEnd: p.svc.OnRunEnd, HeartbeatInterval: time.Hour})
 	p.svc.SetRuns(p.runs)
 	allow, _ := agent.ParseAllowlist("127.0.0.1/32")
@@ -424,4 +437,127 @@ func TestMCPToolDeadlinesAndFailures(t *testing.T) {
 			t.Fatalf("a never-connected server's tool: %v", err)
 		}
 	})
+}
+
+// Deleting a server while one of its calls runs ends the call at once,
+// tool_unreachable (DESIGN §13: a server that drops fails its calls, never
+// hangs), and the delete answers promptly: over Streamable HTTP and stdio.
+func TestMCPServerDeletedDuringCall(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, transport := range []string{mcpclient.TransportStreamableHTTP, mcpclient.TransportStdio} {
+		t.Run(transport, func(t *testing.T) {
+			srv := startHTTPServer(t)
+			p := newPlatform(t, "sqlite")
+			spec := &mcpclient.Spec{Name: "web", Transport: transport, OnFailure: tool.OnFailureReturnToAgent, TimeoutMS: 60_000}
+			if transport == mcpclient.TransportStdio {
+				spec.Command, spec.Args, spec.Env = self, []string{"-test.run=^$"}, map[string]string{stdioServerEnv: "1"}
+			} else {
+				spec.URL = srv.URL()
+			}
+			if _, _, err := p.mcp.Put(p.ctx, spec); err != nil {
+				t.Fatal(err)
+			}
+			waitStatus(t, p.mcp, "web", mcpclient.StatusConnected, 6)
+			r := p.newRun("agent-a")
+
+			go p.invoke(r, "web@slow", `{}`)
+			var running *store.ToolCall
+			waitFor(t, "the call to run", func() bool {
+				calls, _ := p.st.ToolCallListActiveByRun(p.ctx, r.RunID)
+				if len(calls) == 1 && calls[0].Status == store.ToolCallRunning {
+					running = calls[0]
+					return true
+				}
+				return false
+			})
+			if transport == mcpclient.TransportStreamableHTTP {
+				<-srv.ev.slowStarted
+			} else {
+				time.Sleep(200 * time.Millisecond) // the request is on its way
+			}
+
+			began := time.Now()
+			if err := p.mcp.Delete(p.ctx, "web"); err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(began); d > 2*time.Second {
+				t.Errorf("the delete took %v with a call in flight", d)
+			}
+			v := p.wait(running.ToolCallID)
+			if v.State != store.ToolCallFailed || v.Error == nil || v.Error.Code != "tool_unreachable" {
+				t.Fatalf("the call of the deleted server: %+v %+v", v, v.Error)
+			}
+			if d := time.Since(began); d > 3*time.Second {
+				t.Fatalf("the call of the deleted server ended %v after the delete", d)
+			}
+		})
+	}
+}
+
+// A call that does not succeed is logged once, as a JSON line naming its
+// tool call, run, session, tool and code (DESIGN §14): here a server that
+// is down (tool_unreachable) and one that does not answer in time
+// (timeout).
+func TestMCPToolCallFailureLogged(t *testing.T) {
+	srv := startHTTPServer(t)
+	logs := &logBuffer{}
+	p := newPlatformLogged(t, "sqlite", logs)
+	if _, _, err := p.mcp.Put(p.ctx, &mcpclient.Spec{Name: "web", Transport: mcpclient.TransportStreamableHTTP, URL: srv.URL(), OnFailure: tool.OnFailureReturnToAgent, TimeoutMS: 300}); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, p.mcp, "web", mcpclient.StatusConnected, 6)
+	r := p.newRun("agent-a")
+
+	// failedLine is the one "tool call failed" line of a call.
+	failedLine := func(callID string) map[string]any {
+		t.Helper()
+		var found []map[string]any
+		for _, l := range strings.Split(logs.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "tool call failed" && m["tool_call_id"] == callID {
+				found = append(found, m)
+			}
+		}
+		if len(found) != 1 {
+			t.Fatalf("%d lines logged for call %s, want 1:\n%s", len(found), callID, logs.String())
+		}
+		return found[0]
+	}
+
+	v, err := p.invoke(r, "web@slow", `{}`)
+	if err == nil && v.Status == toolsvc.StatusPending {
+		v = p.wait(v.ToolCallID)
+	}
+	if err != nil || v.State != store.ToolCallTimeout {
+		t.Fatalf("slow: %+v %v", v, err)
+	}
+	waitFor(t, "the timeout's log line", func() bool { return strings.Contains(logs.String(), v.ToolCallID) })
+	if m := failedLine(v.ToolCallID); m["level"] != "WARN" || m["code"] != "timeout" || m["state"] != "TIMEOUT" || m["run_id"] != r.RunID ||
+		m["session_id"] != r.SessionID || m["tool_name"] != "web@slow" {
+		t.Fatalf("the timed-out call's line: %v", m)
+	}
+
+	srv.down()
+	waitFor(t, "the session to drop", func() bool { s, _ := p.mcp.MCPServer("web"); return !s.Connected })
+	v, err = p.invoke(r, "web@echo", `{"text":"x"}`)
+	if err != nil || v.Error == nil || v.Error.Code != "tool_unreachable" {
+		t.Fatalf("down: %+v %v", v, err)
+	}
+	waitFor(t, "the failure's log line", func() bool { return strings.Contains(logs.String(), v.ToolCallID) })
+	if m := failedLine(v.ToolCallID); m["level"] != "WARN" || m["code"] != "tool_unreachable" || m["state"] != "FAILED" || m["run_id"] != r.RunID ||
+		m["session_id"] != r.SessionID || m["tool_name"] != "web@echo" || !strings.Contains(m["message"].(string), "web") {
+		t.Fatalf("the unreachable call's line: %v", m)
+	}
+	// A call that succeeds is not logged as one.
+	srv.up()
+	waitStatus(t, p.mcp, "web", mcpclient.StatusConnected, 6)
+	if v, err = p.invoke(r, "web@echo", `{"text":"ok"}`); err != nil || v.Status != toolsvc.StatusSucceeded {
+		t.Fatalf("echo: %+v %v", v, err)
+	}
+	if strings.Contains(logs.String(), v.ToolCallID) {
+		t.Fatalf("a successful call logged:\n%s", logs.String())
+	}
 }

@@ -342,7 +342,8 @@ func (m *Manager) apply(row *store.MCPServerRow) {
 }
 
 // Delete removes a server and stops its session here at once (its process,
-// for a stdio server). Per-tool overrides in the tools table are kept.
+// for a stdio server); its calls in flight here end then, unreachable (see
+// CallMCP). Per-tool overrides in the tools table are kept.
 func (m *Manager) Delete(ctx context.Context, name string) error {
 	m.regMu.Lock()
 	err := m.st.InTx(ctx, func(tx store.Queries) error {

@@ -84,7 +84,7 @@ func New(opts Options) *Server {
 	s := &Server{opts: opts}
 	s.stop, s.stopFn = context.WithCancel(context.Background())
 	srv := mcp.NewServer(&mcp.Implementation{Name: "agentplane", Version: "1"}, &mcp.ServerOptions{
-		Logger: opts.Logger,
+		Logger: sdkLogger(opts.Logger),
 		// The tools differ per run and are read when listed; no
 		// list_changed is sent.
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
@@ -95,6 +95,7 @@ func New(opts Options) *Server {
 	srv.AddReceivingMiddleware(s.tools)
 	stream := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
 		SessionTimeout: opts.SessionTimeout,
+		Logger:         sdkLogger(opts.Logger),
 		// The SDK refuses a non-loopback Host on a loopback listener against
 		// DNS rebinding from browsers; every request here carries an agent
 		// key a rebinding page cannot have, and a platform behind a proxy on
@@ -109,7 +110,7 @@ func New(opts Options) *Server {
 		return &auth.TokenInfo{UserID: c.runID, Expiration: time.Now().Add(24 * time.Hour),
 			Extra: map[string]any{"agent_id": c.agentID, "run_id": c.runID, "session_id": c.sessionID}}, nil
 	}, nil)
-	s.handler = s.authn(bind(stream))
+	s.handler = s.envelope(s.authn(bind(stream)))
 	return s
 }
 
