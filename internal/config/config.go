@@ -67,8 +67,8 @@ type Config struct {
 	// this (DESIGN §11); 0 = unlimited, seed 002's decision.
 	MaxCallDepth int
 
-	// Logging (DESIGN §14): "text" or "json" lines on stderr, at LogLevel
-	// (debug, info, warn, error).
+	// Logging (DESIGN §14): "json" (the default) or "text" lines on
+	// stderr, at LogLevel (debug, info, warn, error).
 	LogFormat string
 	LogLevel  string
 
@@ -161,7 +161,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	fs.DurationVar(&c.BodyReadTimeout, "body-read-timeout", 30*time.Second, "time a client has to send a request body (streams are not cut)")
 	fs.DurationVar(&c.WSHelloTimeout, "ws-hello-timeout", 10*time.Second, "time a WebSocket client has to say a valid hello")
 	fs.IntVar(&c.MaxCallDepth, "max-call-depth", envInt("AGENTPLANE_MAX_CALL_DEPTH", 0), "deepest child run an agent-to-agent call may start; 0 = unlimited (AGENTPLANE_MAX_CALL_DEPTH)")
-	fs.StringVar(&c.LogFormat, "log-format", env("AGENTPLANE_LOG_FORMAT", "text"), "log lines as text or json (AGENTPLANE_LOG_FORMAT)")
+	fs.StringVar(&c.LogFormat, "log-format", env("AGENTPLANE_LOG_FORMAT", "json"), "log lines as json (DESIGN §14) or text, for reading in a terminal (AGENTPLANE_LOG_FORMAT)")
 	fs.StringVar(&c.LogLevel, "log-level", env("AGENTPLANE_LOG_LEVEL", "info"), "least severe level logged: debug, info, warn or error (AGENTPLANE_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

@@ -34,13 +34,18 @@ func TestFlagsOverrideEnv(t *testing.T) {
 }
 
 func TestLogFlags(t *testing.T) {
+	// JSON by default (DESIGN §14: logs are log/slog JSON); text on request.
 	c, err := Load(nil, env(nil), io.Discard)
-	if err != nil || c.LogFormat != "text" || c.LogLevel != "info" {
+	if err != nil || c.LogFormat != "json" || c.LogLevel != "info" {
 		t.Fatalf("defaults: %v %q %q", err, c.LogFormat, c.LogLevel)
 	}
-	c, err = Load([]string{"--log-level", "debug"}, env(map[string]string{"AGENTPLANE_LOG_FORMAT": "json", "AGENTPLANE_LOG_LEVEL": "warn"}), io.Discard)
-	if err != nil || c.LogFormat != "json" || c.LogLevel != "debug" {
+	c, err = Load([]string{"--log-level", "debug"}, env(map[string]string{"AGENTPLANE_LOG_FORMAT": "text", "AGENTPLANE_LOG_LEVEL": "warn"}), io.Discard)
+	if err != nil || c.LogFormat != "text" || c.LogLevel != "debug" {
 		t.Fatalf("env and flags: %v %q %q", err, c.LogFormat, c.LogLevel)
+	}
+	c, err = Load([]string{"--log-format", "text"}, env(nil), io.Discard)
+	if err != nil || c.LogFormat != "text" {
+		t.Fatalf("--log-format text: %v %q", err, c.LogFormat)
 	}
 }
 

@@ -316,7 +316,7 @@ func TestMCPEverythingStdio(t *testing.T) {
 		if info["tool_count"].(float64) < 14 || info["transport"] != "stdio" || obj(info, "env")["MARKER"] != "(redacted)" || info["protocol_version"] != "2025-11-25" {
 			t.Fatalf("MCP server: %v", info)
 		}
-		if !strings.Contains(s.output(), `mcp_server=everything`) || !strings.Contains(s.output(), "Starting default (STDIO) server") {
+		if !strings.Contains(s.output(), `"mcp_server":"everything"`) || !strings.Contains(s.output(), "Starting default (STDIO) server") {
 			t.Fatalf("the server's stderr is not in the platform's log:\n%s", s.output())
 		}
 		ga := startGoToolAgent(t, s, "go-tools")

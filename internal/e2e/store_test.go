@@ -221,7 +221,7 @@ func TestStoreUnavailableAnswers503(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if strings.Contains(s.output(), "level=ERROR msg=\"request failed\"") {
+	if strings.Contains(s.output(), `"level":"ERROR","msg":"request failed"`) {
 		t.Errorf("store outages logged as internal errors:\n%s", s.output())
 	}
 }
