@@ -1867,8 +1867,13 @@ func TestToolRegistryOverHTTP(t *testing.T) {
 		if code, body := s.call("POST", "/v1/tools/srv.echo:invoke", listerKey, map[string]any{"args": map[string]any{"x": 7}}, "x-run-id", listerRun); code != http.StatusConflict || errCode(body) != "run_not_active" {
 			t.Fatalf("run id in the header only: %d %v", code, body)
 		}
-		if code, body := s.call("POST", "/v1/tools/srv.echo:invoke", listerKey, map[string]any{"run_id": listerRun, "args": map[string]any{"x": 7}}, "x-run-id", otherRun); code != http.StatusBadRequest {
+		secondRun := runOf("lister")
+		if code, body := s.call("POST", "/v1/tools/srv.echo:invoke", listerKey, map[string]any{"run_id": listerRun, "args": map[string]any{"x": 7}}, "x-run-id", secondRun); code != http.StatusBadRequest {
 			t.Fatalf("x-run-id contradicting the body: %d %v", code, body)
+		}
+		// Another agent's run in the header is refused as such, whatever the body.
+		if code, body := s.call("POST", "/v1/tools/srv.echo:invoke", listerKey, map[string]any{"run_id": listerRun, "args": map[string]any{"x": 7}}, "x-run-id", otherRun); code != http.StatusForbidden || errCode(body) != "forbidden" {
+			t.Fatalf("x-run-id of another agent's run: %d %v", code, body)
 		}
 
 		if code, body := s.call("DELETE", "/v1/tools/srv.echo", adminKey, nil); code != http.StatusOK {

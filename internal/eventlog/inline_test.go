@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentplane/agentplane/internal/store"
 	"github.com/agentplane/agentplane/internal/testdb"
@@ -52,6 +53,8 @@ func TestWaitedOpCommitsInlineWhenIdle(t *testing.T) {
 			})
 		}()
 		<-hold
+		w := l.shardFor(sid)
+		pendingBefore := w.pending.Load()
 		done := make(chan []store.Event, 1)
 		go func() {
 			evs, err := l.Do(ctx, sid, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
@@ -63,6 +66,13 @@ func TestWaitedOpCommitsInlineWhenIdle(t *testing.T) {
 			}
 			done <- evs
 		}()
+		// Released only once the op is queued: released earlier, the held
+		// op may end first and the writer be idle again when it arrives.
+		for deadline := time.Now().Add(10 * time.Second); w.pending.Load() <= pendingBefore; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the second op never queued")
+			}
+		}
 		close(release)
 		evs := <-done
 		if !strings.Contains(stack, "(*writer).loop") {
