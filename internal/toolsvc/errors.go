@@ -1,6 +1,7 @@
 package toolsvc
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/agentplane/agentplane/internal/respond"
@@ -27,4 +28,14 @@ func conflict(code, message string, details map[string]any) *respond.Error {
 
 func badRequest(code, message string) *respond.Error {
 	return respond.E(http.StatusBadRequest, code, message)
+}
+
+// runEnded is ErrRunNotActive naming the run's state, as every 409 does
+// (DESIGN §2.2); read only on this path, once the call was refused.
+func (s *Service) runEnded(ctx context.Context, runID string) error {
+	r, err := s.st.RunGet(ctx, runID)
+	if err != nil {
+		return ErrRunNotActive
+	}
+	return conflict(ErrRunNotActive.Code, ErrRunNotActive.Message+" (it is "+r.Status+")", map[string]any{"run_id": runID, "status": r.Status})
 }

@@ -192,7 +192,7 @@ func (s *Service) invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 		s.held.commit(callID)
 	}
 	if errors.Is(err, errRunEnded) {
-		return nil, ErrRunNotActive
+		return nil, s.runEnded(ctx, p.RunID)
 	}
 	if errors.Is(err, store.ErrNotFound) && known {
 		// Known here, gone from the store (its session was purged):

@@ -31,7 +31,7 @@ func TestRunFactsKeepTheChecks(t *testing.T) {
 		if _, err := h.st.RunTransition(h.ctx, &store.RunTransitionParams{RunID: r.RunID, From: store.RunActiveStatuses, Status: store.RunDone, At: time.Now().UnixMilli()}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := h.invoke(r, "echo", `{}`, ""); !errors.Is(err, ErrRunNotActive) {
+		if _, err := h.invoke(r, "echo", `{}`, ""); code(err) != "run_not_active" {
 			t.Fatalf("a call after the run ended: %v", err)
 		}
 		if err := h.st.SessionPurgeBegin(h.ctx, &store.SessionPurgeBeginParams{SessionID: r.SessionID, Owner: "test", Reason: "test", At: time.Now().UnixMilli()}); err != nil {

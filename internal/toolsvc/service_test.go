@@ -117,8 +117,9 @@ func TestInvokeRefusals(t *testing.T) {
 			t.Errorf("refused calls logged %v", evs)
 		}
 		h.finish()
-		if _, err := h.invoke(r, "payments.transfer", `{"to":"bob","amount":1}`, ""); code(err) != "run_not_active" {
-			t.Errorf("ended run: %v", err)
+		_, err := h.invoke(r, "payments.transfer", `{"to":"bob","amount":1}`, "")
+		if e := respond.As(err); e == nil || e.Code != "run_not_active" || e.Status != http.StatusConflict || e.Details["status"] != h.runStatus(r.RunID).Status {
+			t.Errorf("ended run: %v (%+v), want run_not_active with the run's status", err, e)
 		}
 		h.assertSettled()
 	})
