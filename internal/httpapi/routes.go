@@ -54,7 +54,6 @@ type API struct {
 	Closing context.Context
 
 	streams atomic.Int64 // open follow streams
-	owners  runOwners    // whose each run is (x-run-id checks)
 }
 
 // Routes registers every management route on mux.

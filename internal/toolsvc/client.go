@@ -134,13 +134,9 @@ func (s *Service) Pending(ctx context.Context, sessionID string) ([]map[string]a
 // carried: a child run's tool_request or approval_required names its parent,
 // a root run's has none (the ingress's envelope, messages.go).
 func (s *Service) addParentRun(ctx context.Context, m map[string]any, runID string) error {
-	run := s.runs.get(runID)
-	if run == nil {
-		var err error
-		if run, err = s.st.RunGet(ctx, runID); err != nil {
-			return err
-		}
-		s.runs.put(run)
+	run, err := s.RunFacts(ctx, runID)
+	if err != nil {
+		return err
 	}
 	if run.ParentRunID != "" {
 		m["parent_run_id"] = run.ParentRunID

@@ -1,6 +1,7 @@
 package toolsvc
 
 import (
+	"context"
 	"sync"
 
 	"github.com/agentplane/agentplane/internal/store"
@@ -29,8 +30,8 @@ func (f *runFacts) get(runID string) *store.Run {
 	return f.m[runID]
 }
 
-// put remembers r's facts.
-func (f *runFacts) put(r *store.Run) {
+// put remembers r's facts and returns them.
+func (f *runFacts) put(r *store.Run) *store.Run {
 	facts := &store.Run{RunID: r.RunID, SessionID: r.SessionID, AgentID: r.AgentID, ParentRunID: r.ParentRunID,
 		RootRunID: r.RootRunID, Depth: r.Depth, UserID: r.UserID, StartedAt: r.StartedAt, ToolCallID: r.ToolCallID,
 		IntentionID: r.IntentionID}
@@ -49,6 +50,7 @@ func (f *runFacts) put(r *store.Run) {
 		}
 	}
 	f.m[r.RunID] = facts
+	return facts
 }
 
 // drop forgets runID (its run is gone: a purged session).
@@ -56,4 +58,18 @@ func (f *runFacts) drop(runID string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.m, runID)
+}
+
+// RunFacts returns what never changes about runID — its agent, session,
+// user, parent, root, depth and intention; not its status — read from the
+// store on first use and then kept (store.ErrNotFound: no such run).
+func (s *Service) RunFacts(ctx context.Context, runID string) (*store.Run, error) {
+	if r := s.runs.get(runID); r != nil {
+		return r, nil
+	}
+	r, err := s.st.RunGet(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	return s.runs.put(r), nil
 }
