@@ -206,7 +206,7 @@ func TestCancelMidStreamClosesTheAgentRequest(t *testing.T) {
 		// A second cancel is refused; the session is free for a new run.
 		c2 := dial(t, s, "alice", "alice-key")
 		c2.send(map[string]any{"type": "cancel_run", "request_id": "c2", "run_id": runID})
-		if m := c2.next(); m["type"] != "error" || m["code"] != "run_not_active" || m["request_id"] != "c2" {
+		if m := c2.next(); m["type"] != "error" || m["code"] != "run_not_active" || m["request_id"] != "c2" || m["status"] != "CANCELLED" || m["run_id"] != runID {
 			t.Fatalf("second cancel: %v", m)
 		}
 		replay := s.events("/v1/runs/" + runID + "/events")

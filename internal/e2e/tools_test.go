@@ -796,7 +796,10 @@ func TestToolApprovalOverWebSocket(t *testing.T) {
 
 			// A conflicting second decision is refused and changes nothing.
 			c.send(map[string]any{"type": "approval_decision", "request_id": "d2", "run_id": runID, "approval_id": ap["approval_id"], "decision": "reject", "reason": "changed my mind"})
-			if m := c.nextReply(); m["type"] != "error" || m["request_id"] != "d2" || sv(m, "code") == "" {
+			// Over WebSocket as over HTTP, the conflict carries the recorded
+			// approval (DESIGN §2.2).
+			if m := c.nextReply(); m["type"] != "error" || m["request_id"] != "d2" || sv(m, "code") != "approval_conflict" ||
+				sv(obj(m, "approval"), "approval_id") != sv(ap, "approval_id") || sv(obj(m, "approval"), "status") != "APPROVED" {
 				t.Fatalf("second decision answered %v", m)
 			}
 			a := approvalByID(t, s, "APPROVED", sv(ap, "approval_id"))
@@ -1231,8 +1234,9 @@ func TestClientToolOverWebSocket(t *testing.T) {
 			}
 			// A duplicate answer is refused.
 			c.send(map[string]any{"type": "tool_result", "request_id": "a2", "run_id": runID, "tool_call_id": tr["tool_call_id"], "ok": true, "result": map[string]any{"answer": "no"}})
-			if m := c.nextReply(); m["type"] != "error" || m["request_id"] != "a2" || sv(m, "code") == "" {
-				t.Fatalf("duplicate tool_result answered %v", m)
+			if m := c.nextReply(); m["type"] != "error" || m["request_id"] != "a2" || sv(m, "code") != "tool_call_not_waiting" ||
+				m["state"] != "SUCCEEDED" || m["tool_call_id"] != tr["tool_call_id"] {
+				t.Fatalf("duplicate tool_result answered %v, want tool_call_not_waiting with the call's state", m)
 			}
 			if v := toolCall(t, s, sv(tr, "tool_call_id")); v["state"] != "SUCCEEDED" || obj(v, "result")["answer"] != "yes" {
 				t.Fatalf("tool call after a duplicate answer: %v", v)

@@ -210,13 +210,7 @@ func (a *API) runVerb(w http.ResponseWriter, r *http.Request) {
 	}
 	rn, err := a.Runs.Cancel(r.Context(), params)
 	if err != nil {
-		var e *respond.Error
-		if errors.As(err, &e) && rn != nil {
-			e2 := *e
-			e2.Details = map[string]any{"status": rn.Status}
-			err = &e2
-		}
-		respond.Err(w, r, err)
+		respond.Err(w, r, err) // a 409 names the run's status
 		return
 	}
 	v, err := a.Runs.View(r.Context(), normalizeRun(rn))

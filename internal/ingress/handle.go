@@ -53,7 +53,7 @@ func (c *conn) handle(data []byte) {
 func (c *conn) fail(requestID string, err error) {
 	if e := respond.As(err); e != nil {
 		r := errorReply(requestID, e.Code, e.Message)
-		r.RetryAfter = e.Details["retry_after"]
+		r.Details = e.Details
 		c.send(r)
 		return
 	}

@@ -123,9 +123,34 @@ type reply struct {
 	Code      string `json:"code,omitempty"`
 	Message   string `json:"message,omitempty"`
 	LastSeq   *int64 `json:"last_seq,omitempty"` // invalid_after_seq
-	// RetryAfter is in seconds, on errors a retry may cure (rate_limited,
-	// store_unavailable).
-	RetryAfter any `json:"retry_after,omitempty"`
+	// Details are an error's extra fields, as HTTP merges them into its
+	// error object: retry_after (seconds) on errors a retry may cure, and
+	// the current state on a conflict (a tool call's state, the recorded
+	// approval, a run's status — DESIGN §2.2).
+	Details map[string]any `json:"-"`
+}
+
+// MarshalJSON writes the reply's fields and then its details, a detail
+// never replacing a field.
+func (r *reply) MarshalJSON() ([]byte, error) {
+	type plain reply
+	b, err := json.Marshal((*plain)(r))
+	if err != nil || len(r.Details) == 0 {
+		return b, err
+	}
+	m := map[string]json.RawMessage{}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	for k, v := range r.Details {
+		if _, taken := m[k]; taken {
+			continue
+		}
+		if m[k], err = json.Marshal(v); err != nil {
+			return nil, err
+		}
+	}
+	return json.Marshal(m)
 }
 
 func errorReply(requestID, code, message string) *reply {

@@ -29,7 +29,7 @@ func (m *Manager) Cancel(ctx context.Context, p CancelParams) (*store.Run, error
 		return nil, err
 	}
 	if store.RunIsTerminal(run.Status) {
-		return run, ErrRunNotActive
+		return run, notActive(run)
 	}
 	m.mu.Lock()
 	a := m.active[run.RunID]
@@ -72,7 +72,7 @@ func (m *Manager) Cancel(ctx context.Context, p CancelParams) (*store.Run, error
 		if err != nil {
 			return nil, err
 		}
-		return cur, ErrRunNotActive
+		return cur, notActive(cur)
 	}
 	m.countEnded(ended)
 	return ended[len(ended)-1], nil
