@@ -229,10 +229,11 @@ func (t *Tool) Decide(in Input) (Decision, error) {
 				stopped = true
 				err = fmt.Errorf("policy evaluation took longer than %v: %w (%w)", decideTimeout, ctx.Err(), err)
 			}
-			errs = append(errs, RuleError{Rule: r.label, Message: err.Error()})
+			msg := t.scrubRedacted(args, err.Error())
+			errs = append(errs, RuleError{Rule: r.label, Message: msg})
 			if stopped {
 				return Decision{Decision: DecisionBlock, Rule: r.label, Expr: r.when, Errors: errs},
-					fmt.Errorf("tool %s: policy rule %s: %w", t.Def.Name, r.label, err)
+					scrubbedError{fmt.Sprintf("tool %s: policy rule %s: %s", t.Def.Name, r.label, msg), err}
 			}
 			continue
 		}

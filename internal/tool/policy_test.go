@@ -373,3 +373,40 @@ func BenchmarkCompile(b *testing.B) {
 		}
 	}
 }
+
+// A rule's error message is built from the values it evaluated; where the
+// tool redacts an argument, its value never shows in the recorded errors
+// (they go into the policy_decision event) nor in Decide's error (logged).
+func TestDecideErrorsNeverShowRedactedValues(t *testing.T) {
+	d := transferDef()
+	d.Redact = []string{"card.number", "pins.*"}
+	d.Policy = tool.Policy{Decision: tool.DecisionAllow, Rules: []tool.Rule{
+		{Name: "regexp", When: `"abc".matches(args.card.number)`, Decision: tool.DecisionBlock},
+		{Name: "key", When: `args.card[args.card.number] == 1`, Decision: tool.DecisionBlock},
+		{Name: "short", When: `args.card[args.pins[0]] == 1`, Decision: tool.DecisionBlock},
+		{Name: "plain", When: `args.card[args.to] == 1`, Decision: tool.DecisionBlock},
+	}}
+	tl := mustCompile(t, d)
+	got := decide(t, tl, tool.Input{Args: args(t, `{"amount": 5, "to": "bob", "card": {"number": "SEC(RET 4111"}, "pins": ["77"]}`)})
+	if len(got.Errors) != 4 {
+		t.Fatalf("Errors = %+v, want four failing rules", got.Errors)
+	}
+	b, _ := json.Marshal(got.Errors)
+	for _, secret := range []string{"SEC(RET", "4111", "77"} {
+		if strings.Contains(string(b), secret) {
+			t.Errorf("errors show the redacted %q: %s", secret, b)
+		}
+	}
+	if m := got.Errors[0].Message; !strings.Contains(m, "[redacted]") || !strings.Contains(m, "regexp") {
+		t.Errorf("regexp rule's error %q: want the message with the value replaced", m)
+	}
+	if m := got.Errors[1].Message; !strings.Contains(m, "no such key: [redacted]") {
+		t.Errorf("key rule's error %q, want the value replaced", m)
+	}
+	if m := got.Errors[2].Message; strings.Contains(m, "no such key") {
+		t.Errorf("short value's error %q: a value too short to replace safely withholds the message", m)
+	}
+	if m := got.Errors[3].Message; !strings.Contains(m, "no such key: bob") {
+		t.Errorf("unredacted value's error %q, want it as CEL wrote it", m)
+	}
+}

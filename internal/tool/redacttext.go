@@ -1,0 +1,102 @@
+package tool
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// minScrubbed is the shortest redacted value replaced inside a text; a
+// shorter one ("42", "ab") would also match unrelated parts of a message, so
+// a text containing one is withheld instead.
+const minScrubbed = 4
+
+// withheldText stands for a text that may show a redacted value.
+const withheldText = "(withheld: the message may show a redacted argument)"
+
+// scrubRedacted returns text — a policy rule's error message, which CEL
+// builds from the values it evaluated ("no such key: 4111…") — with every
+// value at the tool's redaction paths in args replaced by "[redacted]", so a
+// redacted value never reaches the policy_decision event or the log
+// (DESIGN §15). args are the decoded args the rules evaluated.
+func (t *Tool) scrubRedacted(args map[string]any, text string) string {
+	if len(t.Def.Redact) == 0 {
+		return text
+	}
+	var secrets []string
+	for _, p := range t.Def.Redact {
+		collectAt(args, strings.Split(p, "."), &secrets)
+	}
+	// Longest first, so a value containing another is replaced whole.
+	sort.Slice(secrets, func(i, j int) bool { return len(secrets[i]) > len(secrets[j]) })
+	for _, s := range secrets {
+		forms := []string{s}
+		if q := strconv.Quote(s); q[1:len(q)-1] != s {
+			forms = append(forms, q[1:len(q)-1]) // as CEL quotes it
+		}
+		for _, f := range forms {
+			if f == "" || !strings.Contains(text, f) {
+				continue
+			}
+			if len(f) < minScrubbed {
+				return withheldText
+			}
+			text = strings.ReplaceAll(text, f, Redacted)
+		}
+	}
+	return text
+}
+
+// collectAt appends the text of every string and number at path below v
+// ("*" = every element or value), and of every one inside an object or
+// array there (its keys are not the secret).
+func collectAt(v any, path []string, out *[]string) {
+	if len(path) == 0 {
+		collectScalars(v, out)
+		return
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		if path[0] == "*" {
+			for _, e := range x {
+				collectAt(e, path[1:], out)
+			}
+		} else if e, ok := x[path[0]]; ok {
+			collectAt(e, path[1:], out)
+		}
+	case []any:
+		if path[0] == "*" {
+			for _, e := range x {
+				collectAt(e, path[1:], out)
+			}
+		}
+	}
+}
+
+func collectScalars(v any, out *[]string) {
+	switch x := v.(type) {
+	case string:
+		*out = append(*out, x)
+	case float64:
+		*out = append(*out, strconv.FormatFloat(x, 'g', -1, 64), strconv.FormatFloat(x, 'f', -1, 64))
+	case map[string]any:
+		for _, e := range x {
+			collectScalars(e, out)
+		}
+	case []any:
+		for _, e := range x {
+			collectScalars(e, out)
+		}
+	}
+}
+
+// scrubbedError is err with a scrubbed text: errors.Is and As still see err
+// (a rule stopped by the deadline is still context.DeadlineExceeded), its
+// text never shows a redacted value.
+type scrubbedError struct {
+	text string
+	err  error
+}
+
+func (e scrubbedError) Error() string { return e.text }
+func (e scrubbedError) Unwrap() error { return e.err }
