@@ -43,6 +43,10 @@ type errorBody struct {
 	Error struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
+		// As every other surface writes them on a 429 or 503 (API.md, Rate
+		// limits): whole seconds, rounded up, and milliseconds.
+		RetryAfter   int64 `json:"retry_after,omitempty"`
+		RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 	} `json:"error"`
 }
 
@@ -55,12 +59,15 @@ func writeError(w http.ResponseWriter, err error) {
 	}
 	var b errorBody
 	b.Error.Code, b.Error.Message = e.Code, e.Message
+	if e.RetryAfterMS > 0 {
+		b.Error.RetryAfter, b.Error.RetryAfterMS = (e.RetryAfterMS+999)/1000, e.RetryAfterMS
+	}
 	body, _ := json.Marshal(b)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	if e.RetryAfterMS > 0 {
-		h.Set("Retry-After", strconv.FormatInt((e.RetryAfterMS+999)/1000, 10))
+		h.Set("Retry-After", strconv.FormatInt(b.Error.RetryAfter, 10))
 		h.Set("Retry-After-Ms", strconv.FormatInt(e.RetryAfterMS, 10))
 	}
 	status := e.Status

@@ -3,9 +3,11 @@ package llmproxy_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -291,6 +293,17 @@ func TestRateLimits(t *testing.T) {
 		}
 		if ra := resp.Header.Get("Retry-After"); ra != "2" {
 			t.Errorf("Retry-After = %q, want 2", ra)
+		}
+		// The body says it too, as every other surface's 429 does.
+		var b struct {
+			Error struct {
+				RetryAfter   int64 `json:"retry_after"`
+				RetryAfterMS int64 `json:"retry_after_ms"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(body, &b); err != nil || b.Error.RetryAfter != 2 || b.Error.RetryAfterMS <= 1000 || b.Error.RetryAfterMS > 2001 ||
+			resp.Header.Get("Retry-After-Ms") != strconv.FormatInt(b.Error.RetryAfterMS, 10) {
+			t.Errorf("429 body %s (Retry-After-Ms %q), want retry_after 2 and retry_after_ms as the header", body, resp.Header.Get("Retry-After-Ms"))
 		}
 		// The SDK reads it as a rate-limit error.
 		client := e.client(t, nil)
