@@ -237,9 +237,6 @@ func (c *Config) validate() error {
 	if !valid {
 		errs = append(errs, fmt.Errorf("--role must be one of %s, got %q", strings.Join(Roles, ", "), c.Role))
 	}
-	if c.AdminKey != "" && len(c.AdminKey) < 16 {
-		errs = append(errs, errors.New("AGENTPLANE_ADMIN_KEY must be at least 16 characters"))
-	}
 	if c.MaxFrameBytes < 1024 {
 		errs = append(errs, errors.New("--max-frame-bytes must be at least 1024"))
 	}

@@ -62,6 +62,9 @@ func openStore(ctx context.Context, dsn string, pg postgres.Options) (store.Stor
 
 // Run serves until ctx is cancelled. It prints the listening URL (and any
 // generated keys) to out.
+// minAdminKeyLen is the admin key's length below which a warning is logged.
+const minAdminKeyLen = 16
+
 func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Logger) error {
 	st, err := openStore(ctx, cfg.DB, postgres.Options{MaxConns: cfg.DBMaxConns, MaxIdleTime: cfg.DBMaxIdleTime})
 	if err != nil {
@@ -85,6 +88,10 @@ func Run(ctx context.Context, cfg *config.Config, out io.Writer, logger *slog.Lo
 	if cfg.AdminKey == "" {
 		cfg.AdminKey = ids.Secret("adm_")
 		cfg.AdminKeyGenerated = true
+	} else if len(cfg.AdminKey) < minAdminKeyLen {
+		// Any key is accepted (a short one suits a test or a laptop), but
+		// an operator should hear that it can be guessed.
+		logger.Warn("the admin key is short and easy to guess; use at least 16 random characters, or leave AGENTPLANE_ADMIN_KEY unset to have one generated", "length", len(cfg.AdminKey))
 	}
 	allowSpec := cfg.EndpointAllowlist
 	if cfg.Demo {
