@@ -359,6 +359,37 @@ func TestAgentToolCallTimeout(t *testing.T) {
 	})
 }
 
+// Cancelling a call_<agent> call (POST /v1/tool_calls/{id}:cancel, or the
+// /mcp client's notifications/cancelled) stops its child run with it: the
+// child ends CANCELLED in the call's commit and its agent's request closes.
+func TestAgentToolCallCancelEndsTheChild(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		h := newHarness(t, dialect)
+		h.registerAgent("agent-a", []string{"agent-b"}, nil)
+		b := h.registerAgent("agent-b", nil, func(e *agentEvents, _ map[string]any) { e.hold() })
+		r := h.newRun()
+		ctx, cancel := context.WithTimeout(h.ctx, 300*time.Millisecond)
+		v, err := h.svc.Invoke(ctx, InvokeParams{AgentID: r.AgentID, RunID: r.RunID, ToolName: "call_agent-b", Args: json.RawMessage(`{"message":"x"}`)})
+		cancel()
+		if err != nil || v.Status != StatusPending {
+			t.Fatalf("invoke = %+v, %v", v, err)
+		}
+		childID := b.waitInvoked(t)
+		got, err := h.svc.Cancel(h.ctx, Caller{AgentID: "agent-a"}, v.ToolCallID, "changed my mind")
+		if err != nil || got.State != store.ToolCallCancelled {
+			t.Fatalf("cancel = %+v, %v", got, err)
+		}
+		if c := h.runStatus(childID); c.Status != store.RunCancelled || !strings.Contains(string(c.Error), `"cancelled"`) || !strings.Contains(string(c.Error), "changed my mind") {
+			t.Fatalf("child %s %s after its call was cancelled", c.Status, c.Error)
+		}
+		b.waitClosed(t, childID)
+		if c := h.runStatus(r.RunID); c.Status != store.RunRunning {
+			t.Fatalf("parent %s after cancelling its call, want it running on", c.Status)
+		}
+		h.finish()
+	})
+}
+
 // GET /v1/tools?run_id= for an agent: call_<agent> for each registered
 // linked agent, described by its name and description (or the override's).
 func TestToolsForAgentListsLinkedAgents(t *testing.T) {

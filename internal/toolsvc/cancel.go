@@ -50,6 +50,11 @@ func (s *Service) Cancel(ctx context.Context, who Caller, id, reason string) (*C
 			}
 		}
 		done, err = st.finish(cur, []string{cur.Status}, store.ToolCallCancelled, nil, errorJSON("cancelled", reason, nil), 0)
+		if err == nil && cur.Kind == store.ToolKindAgent {
+			// The call's execution is a child run: it stops with the call,
+			// in the same commit.
+			err = st.endChild(cur, "cancelled", "the "+cur.ToolName+" tool call that started this run was cancelled: "+reason)
+		}
 		if errors.Is(err, store.ErrConflict) {
 			return errMovedOn // it moved on meanwhile; roll back and report it as it is
 		}
