@@ -217,7 +217,7 @@ func TestAdminActionsAreAuditedAndKeysManagedOverTheAPI(t *testing.T) {
 		if n := len(auditEntries(t, s, "&action=tool.put&since=1", 10)); n != 1 {
 			t.Fatalf("action filter: %d rows", n)
 		}
-		if code, body := s.call("GET", "/v1/audit?cursor=zzz", adminKey, nil); code != http.StatusBadRequest {
+		if code, body := s.call("GET", "/v1/audit?cursor=zzz", adminKey, nil); code != http.StatusBadRequest || sv(obj(body, "error"), "code") != "invalid_cursor" {
 			t.Fatalf("bad cursor: %d %v", code, body)
 		}
 		if code, _ := s.call("GET", "/v1/audit", "alice-key", nil); code != http.StatusForbidden {
@@ -414,6 +414,12 @@ func TestSessionDeletionAndRetention(t *testing.T) {
 		if code != http.StatusOK || num(obj(body, "deleted"), "runs") != 1 || num(obj(body, "deleted"), "events") < 3 {
 			t.Fatalf("delete: %d %v", code, body)
 		}
+		// Every table is named, the ones with nothing deleted too.
+		for _, k := range []string{"events", "messages", "runs", "tool_calls", "approvals"} {
+			if _, ok := obj(body, "deleted")[k]; !ok {
+				t.Fatalf("delete: deleted has no %s: %v", k, body)
+			}
+		}
 		if code, _ := s.call("GET", "/v1/sessions/"+deleted+"/events", adminKey, nil); code != http.StatusNotFound {
 			t.Fatalf("a deleted session's events: %d", code)
 		}
@@ -434,7 +440,10 @@ func TestSessionDeletionAndRetention(t *testing.T) {
 		}
 
 		forced, _ := held()
-		code, body = s.call("DELETE", "/v1/sessions/"+forced+"?force=true", adminKey, nil)
+		if code, body := s.call("DELETE", "/v1/sessions/"+forced+"?force=maybe", adminKey, nil); code != http.StatusBadRequest || sv(obj(body, "error"), "code") != "invalid_param" {
+			t.Fatalf("force=maybe: %d %v", code, body)
+		}
+		code, body = s.call("DELETE", "/v1/sessions/"+forced+"?force=1", adminKey, nil)
 		if code != http.StatusOK || len(body["cancelled_runs"].([]any)) != 1 {
 			t.Fatalf("forced delete: %d %v", code, body)
 		}

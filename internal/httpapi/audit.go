@@ -39,7 +39,7 @@ func (a *API) auditList(w http.ResponseWriter, r *http.Request) {
 	if c := q.Get("cursor"); c != "" {
 		ts, id, ok := decodeAuditCursor(c)
 		if !ok {
-			respond.Err(w, r, respond.E(http.StatusBadRequest, "invalid_param", "cursor is not one this API gave"))
+			respond.Err(w, r, errBadCursor())
 			return
 		}
 		p.BeforeTS, p.BeforeID = ts, id

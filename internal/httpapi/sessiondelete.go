@@ -27,7 +27,11 @@ func (a *API) sessionDelete(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("session_id")
 	ctx := a.auditCtx(r)
-	force := r.URL.Query().Get("force") == "true"
+	force, err := boolParam(r, "force")
+	if err != nil {
+		respond.Err(w, r, err)
+		return
+	}
 	var cancelled []string
 	if force {
 		active, err := a.St.SessionActiveRuns(ctx, id)

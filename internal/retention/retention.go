@@ -323,7 +323,9 @@ func (s *Sweeper) purge(ctx context.Context, sessionID, actor string, detail map
 }
 
 func (s *Sweeper) purgeAs(ctx context.Context, sessionID, actor, action string, detail map[string]any) (store.SessionPurgeCounts, error) {
-	counts := store.SessionPurgeCounts{}
+	// Every table is named, a zero included: the answer's and the audit
+	// row's deleted:{events, messages, runs, tool_calls, approvals} (API.md).
+	counts := store.SessionPurgeCounts{"events": 0, "messages": 0, "runs": 0, "tool_calls": 0, "approvals": 0}
 	for {
 		c, done, err := s.st.SessionPurgeBatch(ctx, sessionID, s.opts.BatchSize)
 		if err != nil {
