@@ -180,14 +180,9 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 		respond.Err(w, r, err)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	body, err := respond.ReadBody(w, r, s.opts.MaxBodyBytes)
 	if err != nil {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			respond.Err(w, r, respond.E(http.StatusRequestEntityTooLarge, "request_too_large", "request body too large"))
-			return
-		}
-		respond.Err(w, r, respond.E(http.StatusBadRequest, "invalid_request", "cannot read the request body"))
+		respond.Err(w, r, err)
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))

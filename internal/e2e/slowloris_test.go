@@ -58,18 +58,30 @@ func TestBodiesHaveAReadDeadline(t *testing.T) {
 	s := startServerEnv(t, "sqlite:"+t.TempDir()+"/a.db", []string{"AGENTPLANE_LLM_BASE_URL=" + up.URL + "/v1"}, "--body-read-timeout", "1s")
 
 	t.Run("a trickled body with a key gets 408 and the connection ends", func(t *testing.T) {
-		conn, rd := trickle(t, s, "POST /v1/agents/register HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+adminKey+"\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
-		conn.SetReadDeadline(time.Now().Add(15 * time.Second))
-		resp, err := http.ReadResponse(rd, nil)
-		if err != nil {
-			t.Fatalf("no answer to a trickled body: %v", err)
+		// The JSON decoders and the routes that read a body whole first (an
+		// MCP server's spec, A2A's JSON-RPC; a child invoke's shares their
+		// reader).
+		if code, body := s.call("POST", "/v1/agents/register", adminKey, map[string]any{"agent_id": "slow-a2a", "endpoint": newScriptedAgent(t, modeStream, 1).URL, "a2a": true}); code != http.StatusCreated {
+			t.Fatalf("register: %d %v", code, body)
 		}
-		body, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), `"code":"request_timeout"`) {
-			t.Fatalf("%s %s", resp.Status, body)
-		}
-		if !closedWithin(conn, rd, 10*time.Second) {
-			t.Fatal("the connection stayed open")
+		for _, head := range []string{
+			"POST /v1/agents/register HTTP/1.1\r\nAuthorization: Bearer " + adminKey,
+			"PUT /v1/mcp_servers/slow HTTP/1.1\r\nAuthorization: Bearer " + adminKey,
+			"POST /a2a/slow-a2a HTTP/1.1\r\nAuthorization: Bearer alice-key",
+		} {
+			conn, rd := trickle(t, s, head+"\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+			conn.SetReadDeadline(time.Now().Add(15 * time.Second))
+			resp, err := http.ReadResponse(rd, nil)
+			if err != nil {
+				t.Fatalf("%s: no answer to a trickled body: %v", head, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), `"code":"request_timeout"`) {
+				t.Fatalf("%s: %s %s", head, resp.Status, body)
+			}
+			if !closedWithin(conn, rd, 10*time.Second) {
+				t.Fatalf("%s: the connection stayed open", head)
+			}
 		}
 	})
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -85,10 +84,9 @@ func (a *API) agentInvoke(w http.ResponseWriter, r *http.Request, agentID string
 }
 
 func decodeChildInvoke(w http.ResponseWriter, r *http.Request) (*childInvokeRequest, error) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-	raw, err := io.ReadAll(r.Body)
+	raw, err := respond.ReadBody(w, r, maxBody)
 	if err != nil {
-		return nil, respond.E(http.StatusRequestEntityTooLarge, "request_too_large", "request body too large")
+		return nil, err
 	}
 	var req childInvokeRequest
 	dec := json.NewDecoder(bytes.NewReader(raw))

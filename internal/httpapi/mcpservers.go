@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"io"
 	"net/http"
 
 	"github.com/agentplane/agentplane/internal/mcpclient"
@@ -20,9 +19,9 @@ func (a *API) mcpServerPut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PathValue("name")
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	raw, err := respond.ReadBody(w, r, maxBody)
 	if err != nil {
-		respond.Err(w, r, respond.E(http.StatusRequestEntityTooLarge, "request_too_large", "request body too large"))
+		respond.Err(w, r, err)
 		return
 	}
 	spec, err := mcpclient.DecodeSpec(raw)

@@ -135,6 +135,22 @@ func decode(w http.ResponseWriter, r *http.Request, max int64, v any, strict boo
 	return nil
 }
 
+// ReadBody reads r's body, at most limit bytes, and answers a failure as a
+// JSON body's decoding does (BodyError): 413 naming the limit, 408 when it
+// did not arrive within the server's body read deadline; 400 for a body
+// the connection lost.
+func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) || errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, BodyError(err)
+		}
+		return nil, E(http.StatusBadRequest, "invalid_request", "cannot read the request body")
+	}
+	return b, nil
+}
+
 // BodyError turns a failure to read or decode a JSON request body into
 // the API error: 413 request_too_large naming the limit, 408
 // request_timeout when the body did not arrive in time, or 400
