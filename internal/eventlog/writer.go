@@ -194,6 +194,7 @@ func (w *writer) commitInline(o *op) bool {
 // thousands of ops when the writer is behind (issue 13), and retrying each
 // alone would then stall the log for seconds.
 func (w *writer) commit(batch []*op) {
+	began := time.Now()
 	results := make([][]store.Event, len(batch))
 	var errs []error
 	if err := w.try(batch, results); err != nil {
@@ -205,7 +206,7 @@ func (w *writer) commit(batch []*op) {
 			w.split(batch, results, errs)
 		}
 	}
-	w.finish(batch, results, errs)
+	w.finish(batch, results, errs, began)
 }
 
 // try runs ops in one transaction. On failure nothing is kept in results.
@@ -534,7 +535,7 @@ func runSessionOps(ctx context.Context, tx store.Queries, batch []*op, idx []int
 	return a.outs, nil
 }
 
-func (w *writer) finish(batch []*op, results [][]store.Event, errs []error) {
+func (w *writer) finish(batch []*op, results [][]store.Event, errs []error, began time.Time) {
 	n := 0
 	for i := range batch {
 		if errs == nil || errs[i] == nil {
@@ -571,9 +572,20 @@ func (w *writer) finish(batch []*op, results [][]store.Event, errs []error) {
 			}
 		}
 	}
-	if w.latency != nil && !batch[0].queued.IsZero() && !batch[0].behind {
-		// The batch's first op waited longest: queue, transaction, commit.
-		w.latency.Observe(time.Since(batch[0].queued).Seconds())
+	if w.latency != nil {
+		// Every commit is observed once: from the submission of its oldest
+		// write someone waits for (queue, transaction, commit); a batch of
+		// write-behind appends only (deltas, a run's end, LLM call
+		// records), which linger on purpose to share a commit, from the
+		// moment the writer took it.
+		from := began
+		for _, o := range batch {
+			if !o.behind && !o.queued.IsZero() {
+				from = o.queued
+				break
+			}
+		}
+		w.latency.Observe(time.Since(from).Seconds())
 	}
 	if len(all) > 0 {
 		w.publish(all)

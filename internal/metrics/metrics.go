@@ -51,7 +51,7 @@ func New() *Registry {
 
 // Handler serves the registry for a scraper (content negotiation included).
 func (r *Registry) Handler() http.Handler {
-	return promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
 }
 
 // WriteText writes every metric in the Prometheus text format.
@@ -157,6 +157,9 @@ func (r *Registry) CounterVec(name, help string, labels ...string) *CounterVec {
 	c := &CounterVec{vec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)}
 	c.series.with = c.vec.WithLabelValues
 	r.add(name, spec, c, c.vec)
+	if len(labels) == 0 {
+		c.series.get(nil) // exported (at 0) before its first use
+	}
 	return c
 }
 
@@ -186,6 +189,9 @@ func (r *Registry) HistogramVec(name, help string, bounds []float64, labels ...s
 	h := &HistogramVec{vec: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: bounds}, labels)}
 	h.series.with = h.vec.WithLabelValues
 	r.add(name, spec, h, h.vec)
+	if len(labels) == 0 {
+		h.series.get(nil) // exported (empty) before its first use
+	}
 	return h
 }
 

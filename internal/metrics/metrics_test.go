@@ -157,3 +157,27 @@ func TestRecordingASeenSeries(t *testing.T) {
 		t.Errorf("histogram counted %d observations, want 202", n)
 	}
 }
+
+// GET /metrics answers OpenMetrics to a scraper that asks for it (API.md:
+// "text, or OpenMetrics when asked"), and a family without labels is there
+// before its first use.
+func TestHandlerNegotiatesOpenMetrics(t *testing.T) {
+	r := New()
+	r.HistogramVec("test_latency_seconds", "Latency.", []float64{0.1, 1})
+	r.CounterVec("test_things_total", "Things.")
+	for accept, want := range map[string]string{
+		"application/openmetrics-text;version=1.0.0": "# EOF",
+		"": "test_latency_seconds_count 0",
+	} {
+		req := httptest.NewRequest("GET", "/metrics", nil)
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		rec := httptest.NewRecorder()
+		r.Handler().ServeHTTP(rec, req)
+		body, _ := io.ReadAll(rec.Body)
+		if !strings.Contains(string(body), want) || !strings.Contains(string(body), "test_things_total 0") {
+			t.Errorf("Accept %q: Content-Type %s, want %q and test_things_total 0 in\n%s", accept, rec.Header().Get("Content-Type"), want, body)
+		}
+	}
+}
