@@ -276,3 +276,118 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 		t.Fatalf("log line %v in:\n%s", line, s.output())
 	}
 }
+
+// A run is one trace even where nobody hands the platform a span: a tool
+// call from an agent that sends no traceparent goes under the run's agent
+// invoke (as its LLM calls do), and so does the execution of a call that
+// a person approved later (the decision's request has no span of the
+// run's), and a call_<agent>'s child run.
+func TestTracingToolCallsWithoutTraceparentJoinTheRun(t *testing.T) {
+	rc := &otlprecv.Receiver{}
+	collector := httptest.NewServer(rc)
+	t.Cleanup(collector.Close)
+	var toolTPs headerLog
+	tool := httptest.NewServer(toolTPs.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"echo":"ok"}`)
+	})))
+	t.Cleanup(tool.Close)
+	s := startServerEnv(t, testdb.DSN(t, "sqlite"), []string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT=" + collector.URL, "OTEL_BSP_SCHEDULE_DELAY=100",
+	})
+	putTool(t, s, "plain.echo", map[string]any{"kind": "server", "description": "Echoes.", "endpoint": tool.URL,
+		"parameters": map[string]any{"type": "object"}, "policy": map[string]any{"decision": "allow"}})
+	putTool(t, s, "guarded.echo", map[string]any{"kind": "server", "description": "Echoes, once approved.", "endpoint": tool.URL,
+		"parameters": map[string]any{"type": "object"}, "policy": alwaysApproval})
+
+	var child agentplane.AgentHandler
+	childSrv := httptest.NewServer(&child)
+	t.Cleanup(childSrv.Close)
+	child.Platform = agentplane.NewClient(s.URL, s.register("quiet-child", childSrv.URL))
+	child.Handler = func(ctx context.Context, req *agentplane.Request, st agentplane.Stream) error { return st.Delta("hi") }
+
+	var h agentplane.AgentHandler
+	agentSrv := httptest.NewServer(&h)
+	t.Cleanup(agentSrv.Close)
+	code, reg := s.call("POST", "/v1/agents/register", adminKey, map[string]any{"agent_id": "untraced", "endpoint": agentSrv.URL, "linked_agents": []string{"quiet-child"}})
+	if code != http.StatusCreated && code != http.StatusOK {
+		t.Fatalf("register: %d %v", code, reg)
+	}
+	h.Platform = agentplane.NewClient(s.URL, sv(reg, "agent_api_key"))
+	h.Handler = func(ctx context.Context, req *agentplane.Request, st agentplane.Stream) error {
+		c := req.Client().WithTraceparent("") // an agent that does not pass it on
+		for _, name := range []string{"plain.echo", "guarded.echo"} {
+			if _, err := c.Tools().Invoke(ctx, name, map[string]any{"x": 1}); err != nil {
+				return err
+			}
+		}
+		if _, err := c.Tools().Invoke(ctx, "call_quiet-child", map[string]any{"message": "by tool"}); err != nil {
+			return err
+		}
+		return st.Delta("done")
+	}
+
+	c := dial(t, s, "alice", "alice-key")
+	c.send(map[string]any{"type": "agent_invoke", "request_id": "r1", "agent_id": "untraced", "message": map[string]any{"role": "user", "content": "go"}})
+	msgs := c.readUntilAll("approval_required", isType("approval_required"))
+	ap := msgs[len(msgs)-1]
+	if code, body := s.call("POST", "/v1/approvals/"+sv(ap, "approval_id")+":decide", adminKey, map[string]any{"decision": "approve"}); code != http.StatusOK {
+		t.Fatalf("decide: %d %v", code, body)
+	}
+	if end := c.untilEnd(); end[len(end)-1]["type"] != "done" {
+		t.Fatalf("run ended %v", end[len(end)-1])
+	}
+
+	want := []string{"agentplane.run untraced", "agentplane.agent.invoke", "agentplane.tool_call plain.echo", "agentplane.tool_call guarded.echo",
+		"agentplane.tool.execute plain.echo", "agentplane.tool.execute guarded.echo", "agentplane.tool_call call_quiet-child", "agentplane.run quiet-child"}
+	var byName map[string]otlprecv.Span
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		byName = map[string]otlprecv.Span{}
+		for _, sp := range rc.Spans() {
+			name := sp.Name
+			if name == "agentplane.run" {
+				name += " " + sp.Attrs["agentplane.agent_id"]
+			}
+			if name == "agentplane.agent.invoke" && sp.Attrs["agentplane.agent_id"] != "untraced" {
+				continue
+			}
+			byName[name] = sp
+		}
+		missing := ""
+		for _, n := range want {
+			if _, ok := byName[n]; !ok {
+				missing = n
+			}
+		}
+		if missing == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no span %q among %v", missing, rc.Spans())
+		}
+	}
+	run, invoke := byName["agentplane.run untraced"], byName["agentplane.agent.invoke"]
+	for _, n := range want {
+		if sp := byName[n]; sp.TraceID != run.TraceID {
+			t.Errorf("%s is in trace %s, not the run's %s", n, sp.TraceID, run.TraceID)
+		}
+	}
+	for _, link := range []struct{ child, parent string }{
+		{"agentplane.tool_call plain.echo", invoke.SpanID},
+		{"agentplane.tool_call guarded.echo", invoke.SpanID},
+		{"agentplane.tool.execute plain.echo", byName["agentplane.tool_call plain.echo"].SpanID},
+		// Approved later: under the run's invoke, in the run's trace.
+		{"agentplane.tool.execute guarded.echo", invoke.SpanID},
+		{"agentplane.tool_call call_quiet-child", invoke.SpanID},
+		{"agentplane.run quiet-child", byName["agentplane.tool_call call_quiet-child"].SpanID},
+	} {
+		if got := byName[link.child].ParentSpanID; got != link.parent {
+			t.Errorf("%s: parent %s, want %s", link.child, got, link.parent)
+		}
+	}
+	for _, tp := range toolTPs.all() {
+		if !strings.Contains(tp, "-"+run.TraceID+"-") {
+			t.Errorf("the tool got traceparent %s, outside the run's trace %s", tp, run.TraceID)
+		}
+	}
+}

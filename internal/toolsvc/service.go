@@ -42,6 +42,11 @@ type RunGuard interface {
 	CheckLink(ctx context.Context, q store.Queries, parent *store.Run, agentID string) error
 	// Agent reads an agent's row, kept briefly (run.Manager.Agent).
 	Agent(ctx context.Context, agentID string) (*store.Agent, error)
+	// InvokeTraceparent is the traceparent of a run's agent invoke on this
+	// process ("" if none): the parent of a tool call's spans when the
+	// agent sent none, or when the call goes on later (an approval, a
+	// sweep), so a run stays one trace.
+	InvokeTraceparent(runID string) string
 }
 
 // Options configure a Service. Zero values pick defaults.

@@ -72,7 +72,10 @@ type step struct {
 // their round trips instead of taking turns).
 func (s *Service) commit(ctx context.Context, sessionID, runID string, fn func(st *step) error) (*step, error) {
 	var st *step
-	span := trace.SpanContextFromContext(ctx) // the tool call's: a child run's parent
+	// The tool call's span, or the run's when the step is not the call's
+	// own request (an approval, a sweep): a child run's and an
+	// execution's parent.
+	span := trace.SpanContextFromContext(s.runTrace(ctx, runID))
 	do := func() (bool, error) {
 		_, err := s.log.DoAlongside(ctx, sessionID, func(ctx context.Context, q store.Queries) ([]store.EventParams, error) {
 			if span.IsValid() {
