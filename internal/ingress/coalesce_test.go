@@ -99,3 +99,50 @@ func TestAppendTextFrameAtLengthBoundaries(t *testing.T) {
 		}
 	}
 }
+
+// A delivery written long after the last ping is not cut by the ping's
+// write deadline: gorilla/websocket's SetWriteDeadline only takes effect
+// on its own writes, and a ping leaves the socket's deadline at its own,
+// so writeAll's coalesced write (straight to the socket) must set the
+// socket's. A client silent for longer than the write timeout after a
+// ping lost its connection when several events arrived at once (an agent
+// quiet for 35 s, then its last delta and done).
+func TestCoalescedWriteLongAfterAPing(t *testing.T) {
+	st := testdb.Open(t, "sqlite")
+	_, log, url := serveIngress(t, st, Options{PingInterval: 500 * time.Millisecond, PongWait: 10 * time.Second, WriteTimeout: 100 * time.Millisecond})
+	sid := newUserSession(t, st)
+	c := helloConn(t, url)
+	c.WriteJSON(map[string]any{"type": "subscribe", "session_id": sid, "after_seq": 0})
+	got := make(chan error, 1)
+	const batches = 6
+	go func() {
+		for i := range batches * 2 {
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			var m map[string]any
+			if err := c.ReadJSON(&m); err != nil { // answers pings meanwhile
+				got <- fmt.Errorf("message %d of %d: %w", i, batches*2, err)
+				return
+			}
+			if m["type"] != "delta" || m["seq"] != float64(i+1) {
+				got <- fmt.Errorf("message %d: %v", i, m)
+				return
+			}
+		}
+		got <- nil
+	}()
+	// Batches of two (one coalesced write each) 130 ms apart: at least
+	// one lands between 100 ms after a ping and the next ping, past the
+	// ping's deadline.
+	time.Sleep(700 * time.Millisecond)
+	for i := range batches {
+		payload := json.RawMessage(fmt.Sprintf(`{"text":"%d"}`, i))
+		ev := store.EventParams{SessionID: sid, RunID: "run_1", TS: 1, Type: eventlog.TypeAgentStreamDelta, Payload: payload}
+		if _, err := log.Append(context.Background(), ev, ev); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(130 * time.Millisecond)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -272,8 +272,15 @@ func (c *conn) writeAll(msgs [][]byte) bool {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	// Each write gets its own deadline, as each message did: a long backlog
-	// to a slow client is bounded per write, not as a whole.
-	deadline := func() { c.ws.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout)) }
+	// to a slow client is bounded per write, not as a whole. The socket's
+	// too: gorilla's SetWriteDeadline only applies to gorilla's writes, and
+	// the socket keeps the deadline of the last one — a ping's, long past
+	// when the session was quiet.
+	deadline := func() {
+		d := time.Now().Add(c.s.opts.WriteTimeout)
+		c.ws.SetWriteDeadline(d)
+		c.ws.NetConn().SetWriteDeadline(d)
+	}
 	flush := func() bool {
 		if len(buf) == 0 {
 			return true
