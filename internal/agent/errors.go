@@ -74,3 +74,6 @@ func (e *InvokeError) Error() string {
 
 // Unwrap returns the underlying cause.
 func (e *InvokeError) Unwrap() error { return e.Err }
+
+// ErrorCode is the code a span's status carries (tracing.End).
+func (e *InvokeError) ErrorCode() string { return e.Code }

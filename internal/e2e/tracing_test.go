@@ -391,3 +391,77 @@ func TestTracingToolCallsWithoutTraceparentJoinTheRun(t *testing.T) {
 		}
 	}
 }
+
+// A failure's span carries its code (API.md: "a failure sets the span's
+// status to error with the error code"), the run's span the end that was
+// recorded even where another step ended the run (here its tool call's
+// failure, with on_failure fail_run), and the "tool call failed" log line
+// the run's trace_id.
+func TestTracingFailuresCarryTheirCode(t *testing.T) {
+	rc := &otlprecv.Receiver{}
+	collector := httptest.NewServer(rc)
+	t.Cleanup(collector.Close)
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "boom", http.StatusInternalServerError)
+	}))
+	t.Cleanup(broken.Close)
+	s := startServerEnv(t, testdb.DSN(t, "sqlite"), []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + collector.URL, "OTEL_BSP_SCHEDULE_DELAY=100"})
+	putTool(t, s, "broken.echo", map[string]any{"kind": "server", "description": "Fails.", "endpoint": broken.URL,
+		"parameters": map[string]any{"type": "object"}, "policy": map[string]any{"decision": "allow"}, "on_failure": "fail_run"})
+
+	var h agentplane.AgentHandler
+	agentSrv := httptest.NewServer(&h)
+	t.Cleanup(agentSrv.Close)
+	h.Platform = agentplane.NewClient(s.URL, s.register("failing", agentSrv.URL))
+	h.Handler = func(ctx context.Context, req *agentplane.Request, st agentplane.Stream) error {
+		req.Client().Tools().Invoke(ctx, "broken.echo", map[string]any{})
+		<-ctx.Done() // the platform ends the run
+		return ctx.Err()
+	}
+	c := dial(t, s, "alice", "alice-key")
+	c.send(map[string]any{"type": "agent_invoke", "request_id": "r1", "agent_id": "failing", "message": map[string]any{"role": "user", "content": "go"}})
+	msgs := c.untilEnd()
+	runID := sv(msgs[0], "run_id")
+	if run := waitRunEnded(t, s, runID); run["status"] != "FAILED" || sv(obj(run, "error"), "code") != "tool_http_error" {
+		t.Fatalf("run %v", run)
+	}
+
+	var run, invoke, exec otlprecv.Span
+	for deadline := time.Now().Add(20 * time.Second); run.SpanID == "" || invoke.SpanID == "" || exec.SpanID == ""; time.Sleep(50 * time.Millisecond) {
+		for _, sp := range rc.Spans() {
+			switch sp.Name {
+			case "agentplane.run":
+				run = sp
+			case "agentplane.agent.invoke":
+				invoke = sp
+			case "agentplane.tool.execute broken.echo":
+				exec = sp
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("spans: %v", rc.Spans())
+		}
+	}
+	if !run.Error || run.StatusMessage != "tool_http_error" || run.Attrs["agentplane.outcome"] != "failed" {
+		t.Errorf("run span: error %v %q, outcome %q; want tool_http_error, failed", run.Error, run.StatusMessage, run.Attrs["agentplane.outcome"])
+	}
+	if !exec.Error || exec.StatusMessage != "tool_http_error" {
+		t.Errorf("tool execution span: error %v %q, want the code tool_http_error", exec.Error, exec.StatusMessage)
+	}
+	if invoke.Error {
+		t.Errorf("agent invoke span failed with %q: the platform closed the request, the agent did not fail", invoke.StatusMessage)
+	}
+
+	var line map[string]any
+	for deadline := time.Now().Add(5 * time.Second); line == nil && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, l := range strings.Split(s.output(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "tool call failed" && m["run_id"] == runID {
+				line = m
+			}
+		}
+	}
+	if line == nil || line["trace_id"] != run.TraceID || line["code"] != "tool_http_error" {
+		t.Fatalf("tool call failed line %v, want trace_id %s, in:\n%s", line, run.TraceID, s.output())
+	}
+}

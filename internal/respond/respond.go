@@ -29,6 +29,9 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
 
+// ErrorCode is the code a span's status carries (tracing.End).
+func (e *Error) ErrorCode() string { return e.Code }
+
 // E builds an *Error.
 func E(status int, code, message string) *Error {
 	return &Error{Status: status, Code: code, Message: message}

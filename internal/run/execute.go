@@ -235,9 +235,15 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 	}
 	m.mu.Unlock()
 	res, err := m.opts.Invoker.Invoke(ictx, ag.Endpoint, req, handle)
-	tracing.End(ispan, err)
-
 	cause := context.Cause(ctx)
+	if cause == nil {
+		tracing.End(ispan, err)
+	} else {
+		// The platform closed the request (a cancel, an end elsewhere, a
+		// shutdown): not the agent's failure; the run's span says why.
+		ispan.End()
+	}
+
 	switch {
 	case errors.Is(cause, errCancelledByUser):
 		// Cancel already committed the terminal state.
@@ -245,9 +251,19 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 		outcome("cancelled")
 		return
 	case errors.Is(cause, errEndedElsewhere):
-		// A tool call's failure already committed the terminal state.
-		log.Info("run ended by a tool call", "deltas", deltas)
-		failed("tool_call_failed")
+		// Another step already committed the terminal state — a tool
+		// call's failure, its parent's end, a cancel on another replica,
+		// an approval's rejection — so the span says what was recorded.
+		status, code := m.recordedEnd(context.WithoutCancel(ctx), run.RunID)
+		log.Info("run ended elsewhere", "status", status, "code", code, "deltas", deltas)
+		switch status {
+		case store.RunCancelled:
+			outcome("cancelled")
+		case store.RunFailed:
+			failed(code)
+		default:
+			outcome(strings.ToLower(status))
+		}
 		return
 	case errors.Is(cause, errShutdown):
 		failed("platform_shutdown")
@@ -474,4 +490,18 @@ func runCost(ctx context.Context, tx store.Queries, run *store.Run) (float64, in
 		}
 	}
 	return money.Round(total), len(evs), nil
+}
+
+// recordedEnd is the terminal status and error code the store holds for a
+// run another step ended ("FAILED", "tool_call_failed" if unreadable).
+func (m *Manager) recordedEnd(ctx context.Context, runID string) (status, code string) {
+	r, err := m.st.RunGet(ctx, runID)
+	if err != nil || !store.RunIsTerminal(r.Status) {
+		return store.RunFailed, "tool_call_failed"
+	}
+	var e struct {
+		Code string `json:"code"`
+	}
+	_ = json.Unmarshal(r.Error, &e)
+	return r.Status, e.Code
 }

@@ -167,7 +167,7 @@ var storeListAll = store.RunListActiveParams{Limit: 10000}
 var (
 	errCancelledByUser = errors.New("cancelled")
 	errShutdown        = errors.New("platform shutting down")
-	errEndedElsewhere  = errors.New("run ended by a tool call")
+	errEndedElsewhere  = errors.New("run ended elsewhere")
 )
 
 // New makes a Manager; call Start to begin heartbeats and the sweeper.

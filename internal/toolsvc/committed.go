@@ -65,7 +65,9 @@ func (s *Service) logResult(ev *store.Event, r *toolResult) {
 	if r.Error != nil {
 		code, message = r.Error.Code, truncate(r.Error.Message, 512)
 	}
-	s.opts.Logger.LogAttrs(context.Background(), level, "tool call failed",
+	// The run's trace (its agent invoke's span, while the run is active
+	// here) gives the line its trace_id.
+	s.opts.Logger.LogAttrs(s.runTrace(context.Background(), ev.RunID), level, "tool call failed",
 		slog.String("tool_call_id", r.ToolCallID), slog.String("run_id", ev.RunID), slog.String("session_id", ev.SessionID),
 		slog.String("tool_name", r.ToolName), slog.String("state", r.State), slog.String("code", code),
 		slog.String("message", message), slog.Int64("duration_ms", r.DurationMS))

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -190,7 +191,13 @@ func (s *Service) send(ctx context.Context, cc claimedCall, log *slog.Logger) {
 	}
 	span.SetAttributes(tracing.Outcome.String(status))
 	if status != store.ToolCallSucceeded {
-		tracing.Fail(span, string(errJSON))
+		var e struct {
+			Code string `json:"code"`
+		}
+		if json.Unmarshal(errJSON, &e) != nil || e.Code == "" {
+			e.Code = strings.ToLower(status)
+		}
+		tracing.Fail(span, e.Code) // the code, as every failed span's status
 	}
 	span.End()
 	if ctx.Err() != nil {

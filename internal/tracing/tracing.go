@@ -8,6 +8,7 @@ package tracing
 
 import (
 	"context"
+	"errors"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -142,12 +143,26 @@ func Start(ctx context.Context, name string, kind trace.SpanKind, attrs ...attri
 	}
 }
 
-// End ends span, marking it failed when err is not nil.
+// End ends span, marking it failed when err is not nil: with err's code
+// where it has one (an API error, an agent's failure — API.md: "a failure
+// sets the span's status to error with the error code"), else its text.
 func End(span trace.Span, err error) {
 	if err != nil {
-		Fail(span, err.Error())
+		Fail(span, ErrorCode(err))
 	}
 	span.End()
+}
+
+// ErrorCode is the code of the first error in err's chain that has one
+// (an ErrorCode method), else err's text.
+func ErrorCode(err error) string {
+	var coded interface{ ErrorCode() string }
+	if errors.As(err, &coded) {
+		if c := coded.ErrorCode(); c != "" {
+			return c
+		}
+	}
+	return err.Error()
 }
 
 // Fail marks span failed with a description (an error code, a message).
