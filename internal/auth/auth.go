@@ -97,12 +97,17 @@ func HashKey(key string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Bearer extracts the key from "Authorization: Bearer …" (or x-api-key).
+// Bearer extracts the key from "Authorization: Bearer …", else from
+// x-api-key or x-admin-key (seed 001 names the admin key's header so).
+// The key decides the principal, whichever header carried it.
 func Bearer(r *http.Request) string {
 	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
 		return strings.TrimSpace(h[7:])
 	}
-	return r.Header.Get("x-api-key")
+	if k := r.Header.Get("x-api-key"); k != "" {
+		return k
+	}
+	return r.Header.Get("x-admin-key")
 }
 
 // Resolve maps a key to its principal: the admin key, a user key from

@@ -33,6 +33,14 @@ func TestRegistrationAuthAndSSRF(t *testing.T) {
 		if code, _ := s.call("GET", "/v1/agents", "", nil); code != http.StatusUnauthorized {
 			t.Fatalf("list agents without key: %d", code)
 		}
+		// Seed 001's header for the admin key is accepted too.
+		req, _ := http.NewRequest("GET", s.URL+"/v1/agents", nil)
+		req.Header.Set("x-admin-key", adminKey)
+		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("list agents with x-admin-key: %v %v", resp, err)
+		} else {
+			resp.Body.Close()
+		}
 
 		// Endpoints refused (the server allows 127.0.0.1/32 only).
 		for endpoint, want := range map[string]string{
