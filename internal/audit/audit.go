@@ -52,6 +52,8 @@ const (
 	EventsPrune    = "events.prune"   // the retention sweeper, an agent's run-less events
 	UserKeyCreate  = "user_key.create"
 	UserKeyDelete  = "user_key.delete"
+	RunCancel      = "run.cancel"       // an operator's cancel (POST /v1/runs/{id}:cancel, a forced session delete)
+	ToolCallCancel = "tool_call.cancel" // an operator's cancel (POST /v1/tool_calls/{id}:cancel)
 )
 
 type actorKey struct{}

@@ -133,6 +133,25 @@ func TestAdminActionsAreAuditedAndKeysManagedOverTheAPI(t *testing.T) {
 		decide(true)  // approval.decide by user:carol
 		decide(false) // approval.decide by admin
 
+		// An operator's cancels are audited; a user's own is not (the
+		// event log has it).
+		c.invokeSpec("gov", "", map[string]any{"hold": true})
+		if code, body := s.call("POST", "/v1/runs/"+ga.held(t)+":cancel", adminKey, map[string]any{"reason": "ops"}); code != http.StatusOK { // run.cancel
+			t.Fatalf("admin cancel: %d %v", code, body)
+		}
+		c.untilEnd()
+		c.invokeSpec("gov", "", map[string]any{"hold": true})
+		if code, body := s.call("POST", "/v1/runs/"+ga.held(t)+":cancel", carolKey, nil); code != http.StatusOK { // no row
+			t.Fatalf("user cancel: %d %v", code, body)
+		}
+		c.untilEnd()
+		c.invokeSpec("gov", "", map[string]any{"tool": "pay", "args": map[string]any{"amount": 5, "to": "bob"}})
+		pending := find(t, c.readUntilAll("approval", isType("approval_required")), "approval_required", isType("approval_required"))
+		if code, body := s.call("POST", "/v1/tool_calls/"+sv(pending, "tool_call_id")+":cancel", adminKey, nil); code != http.StatusOK { // tool_call.cancel
+			t.Fatalf("admin cancels a tool call: %d %v", code, body)
+		}
+		c.untilEnd()
+
 		if code, _ := s.call("DELETE", "/v1/tools/pay", adminKey, nil); code != http.StatusOK { // tool.delete
 			t.Fatalf("delete tool: %d", code)
 		}
@@ -192,7 +211,7 @@ func TestAdminActionsAreAuditedAndKeysManagedOverTheAPI(t *testing.T) {
 		}
 		want := []string{
 			"admin agent.register gov", "admin agent.update gov", "admin tool.put pay", "admin user_key.create carol",
-			"user:carol approval.decide", "admin approval.decide", "admin tool.delete pay", "admin agent.rotate_key gov",
+			"user:carol approval.decide", "admin approval.decide", "admin run.cancel run_", "admin tool_call.cancel tc_", "admin tool.delete pay", "admin agent.rotate_key gov",
 			"admin user_key.delete carol", "admin agent.delete gov", "admin mcp_server.put calc", "admin mcp_server.delete calc",
 		}
 		if len(seq) != len(want) {
@@ -205,6 +224,9 @@ func TestAdminActionsAreAuditedAndKeysManagedOverTheAPI(t *testing.T) {
 		}
 		if d := obj(got[len(got)-5], "detail"); d["decision"] != "approved" || d["tool_name"] != "pay" {
 			t.Fatalf("WebSocket decision detail: %v", d)
+		}
+		if d := obj(got[len(got)-7], "detail"); d["reason"] != "ops" || d["agent_id"] != "gov" || sv(d, "session_id") == "" {
+			t.Fatalf("run.cancel detail: %v", d)
 		}
 		for _, e := range got {
 			if strings.Contains(fmt.Sprint(e), carolKey) || strings.Contains(fmt.Sprint(e), newKey) || strings.Contains(fmt.Sprint(e), "mcp-secret-token") {

@@ -208,7 +208,7 @@ func (a *API) runVerb(w http.ResponseWriter, r *http.Request) {
 		respond.Err(w, r, errForbidden)
 		return
 	}
-	rn, err := a.Runs.Cancel(r.Context(), params)
+	rn, err := a.Runs.Cancel(a.auditCtx(r), params) // audited when the admin cancels
 	if err != nil {
 		respond.Err(w, r, err) // a 409 names the run's status
 		return

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 
+	"github.com/agentplane/agentplane/internal/audit"
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/ids"
 	"github.com/agentplane/agentplane/internal/store"
@@ -58,10 +59,19 @@ func (m *Manager) Cancel(ctx context.Context, p CancelParams) (*store.Run, error
 	payload, _ := json.Marshal(map[string]any{"state": store.RunCancelled, "detail": map[string]string{"reason": reason, "by": by}, "source": eventlog.StateSourcePlatform})
 	now := m.now()
 	var ended []*store.Run
-	_, err = m.log.Do(ctx, run.SessionID, func(ctx context.Context, tx store.Queries) ([]store.EventParams, error) {
+	// An operator's cancel is an admin action: audited in its transaction
+	// (DESIGN §15). A user's is their own, in the event log.
+	actor := ""
+	if p.UserID == "" {
+		actor = audit.ActorFrom(ctx)
+	}
+	_, err = m.log.Do(ctx, run.SessionID, func(txCtx context.Context, tx store.Queries) ([]store.EventParams, error) {
 		var evs []store.EventParams
 		var err error
-		evs, ended, err = m.EndTx(ctx, tx, run, now, End{Status: store.RunCancelled, Error: errJSON, Reason: why, CancelledBy: by, CancelState: payload})
+		evs, ended, err = m.EndTx(txCtx, tx, run, now, End{Status: store.RunCancelled, Error: errJSON, Reason: why, CancelledBy: by, CancelState: payload})
+		if err == nil && actor != "" && len(ended) > 0 {
+			err = audit.WriteAs(txCtx, tx, actor, audit.RunCancel, run.RunID, map[string]any{"session_id": run.SessionID, "agent_id": run.AgentID, "reason": reason})
+		}
 		return evs, err
 	})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/agentplane/agentplane/internal/audit"
 	"github.com/agentplane/agentplane/internal/eventlog"
 	"github.com/agentplane/agentplane/internal/store"
 )
@@ -50,6 +51,11 @@ func (s *Service) Cancel(ctx context.Context, who Caller, id, reason string) (*C
 			}
 		}
 		done, err = st.finish(cur, []string{cur.Status}, store.ToolCallCancelled, nil, errorJSON("cancelled", reason, nil), 0)
+		if err == nil && who.Admin {
+			// An operator's cancel is an admin action (DESIGN §15).
+			err = audit.WriteAs(st.ctx, st.q, audit.Admin, audit.ToolCallCancel, cur.ToolCallID,
+				map[string]any{"run_id": cur.RunID, "session_id": cur.SessionID, "tool_name": cur.ToolName, "reason": reason})
+		}
 		if err == nil && cur.Kind == store.ToolKindAgent {
 			// The call's execution is a child run: it stops with the call,
 			// in the same commit.
