@@ -104,13 +104,9 @@ func (c *Client) Invoke(ctx context.Context, _ string, req agent.InvokeRequest, 
 	if err != nil {
 		return nil, err
 	}
-	hc := c.http()
-	client, err := a2aclient.NewFromCard(ctx, card,
-		a2aclient.WithJSONRPCTransport(hc),
-		a2aclient.WithCompatTransport(a2av0.Version, a2a.TransportProtocolJSONRPC, a2av0.NewJSONRPCTransportFactory(a2av0.JSONRPCTransportConfig{Client: hc})),
-	)
+	client, err := c.newClient(ctx, card)
 	if err != nil {
-		return nil, &agent.InvokeError{Code: agent.CodeAgentProtocolError, Message: "the agent card offers no interface agentplane can use: " + err.Error(), Err: err}
+		return nil, err
 	}
 	defer client.Destroy()
 
@@ -166,18 +162,59 @@ func (c *Client) Invoke(ctx context.Context, _ string, req agent.InvokeRequest, 
 	return m.result.res, nil
 }
 
+// newClient is an A2A client for the agent card describes.
+func (c *Client) newClient(ctx context.Context, card *a2a.AgentCard) (*a2aclient.Client, error) {
+	hc := c.http()
+	client, err := a2aclient.NewFromCard(ctx, card,
+		a2aclient.WithJSONRPCTransport(hc),
+		a2aclient.WithCompatTransport(a2av0.Version, a2a.TransportProtocolJSONRPC, a2av0.NewJSONRPCTransportFactory(a2av0.JSONRPCTransportConfig{Client: hc})),
+	)
+	if err != nil {
+		return nil, &agent.InvokeError{Code: agent.CodeAgentProtocolError, Message: "the agent card offers no interface agentplane can use: " + err.Error(), Err: err}
+	}
+	return client, nil
+}
+
 // cancelRemote sends tasks/cancel for the task m saw, if it has not ended.
 func (c *Client) cancelRemote(ctx context.Context, client *a2aclient.Client, m *mapper) {
 	if m.taskID == "" || m.result != nil {
 		return
 	}
+	c.sendCancel(ctx, client, m.taskID)
+}
+
+func (c *Client) sendCancel(ctx context.Context, client *a2aclient.Client, taskID string) error {
 	d := c.CancelTimeout
 	if d <= 0 {
 		d = 5 * time.Second
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
 	defer cancel()
-	_, _ = client.CancelTask(cctx, &a2a.CancelTaskRequest{ID: a2a.TaskID(m.taskID)})
+	_, err := client.CancelTask(cctx, &a2a.CancelTaskRequest{ID: a2a.TaskID(taskID)})
+	return err
+}
+
+// CancelTask sends tasks/cancel for a remote task of the agent whose card
+// (as registered) is given: what the process driving a run sends when the
+// run ends while the task runs, sent instead by the process that fails the
+// run after its driver died (run.Manager's orphan sweep).
+func (c *Client) CancelTask(ctx context.Context, cardJSON json.RawMessage, taskID string) error {
+	card, err := parseCard(cardJSON)
+	if err != nil {
+		return err
+	}
+	client, err := c.newClient(ctx, card)
+	if err != nil {
+		return err
+	}
+	defer client.Destroy()
+	return c.sendCancel(ctx, client, taskID)
+}
+
+// CancelRemoteTask is Client.CancelTask (run.Manager finds it on its
+// Invoker).
+func (i *Invoker) CancelRemoteTask(ctx context.Context, card json.RawMessage, taskID string) error {
+	return i.A2A.CancelTask(ctx, card, taskID)
 }
 
 // handlerError is an error of the run's handler, returned as it is.

@@ -224,6 +224,36 @@ func TestA2ARemoteAgent(t *testing.T) {
 			}
 		}
 
+		// A run whose process dies while its remote task runs is failed
+		// platform_restarted by the restarted process, which sends the
+		// tasks/cancel the dead one could not.
+		c.send(map[string]any{"type": "agent_invoke", "request_id": "s2", "agent_id": "remote", "message": map[string]any{"role": "user", "content": "slow"}})
+		orphan := c.next()
+		var orphanTask string
+		select {
+		case orphanTask = <-streamer.started:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the second slow task never started")
+		}
+		for m := c.next(); m["type"] != "delta"; m = c.next() {
+		}
+		c.conn.Close()
+		s.kill()
+		s.restart()
+		if run := waitRunEnded(t, s, sv(orphan, "run_id")); run["status"] != "FAILED" || sv(obj(run, "error"), "code") != "platform_restarted" {
+			t.Fatalf("orphaned run %v", run)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if _, cancelled := streamer.seen(); fmt.Sprint(cancelled) == "["+slowTask+" "+orphanTask+"]" {
+				break
+			}
+			if time.Now().After(deadline) {
+				_, cancelled := streamer.seen()
+				t.Fatalf("after the restart the remote saw cancels %v, want [%s %s]", cancelled, slowTask, orphanTask)
+			}
+		}
+		c = dial(t, s, "alice", "alice-key")
+
 		// Health is the card: healthy while it answers, unhealthy once gone.
 		waitAgentStatus(t, s, "remote-blocking", "healthy")
 		blocking.CloseClientConnections()

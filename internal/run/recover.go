@@ -3,6 +3,7 @@ package run
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -51,7 +52,39 @@ func (m *Manager) failOrphans(ctx context.Context, atStart bool) (int, error) {
 			return failed, err
 		}
 		m.opts.Logger.Warn("failed orphaned run", "run_id", r.RunID, "session_id", r.SessionID, "owner", r.Owner)
+		m.cancelOrphanedRemoteTask(ctx, r)
 		failed++
 	}
 	return failed, nil
+}
+
+// remoteTaskCanceller is what an Invoker that reaches remote A2A agents
+// offers (a2aremote.Invoker): tasks/cancel for a task by id.
+type remoteTaskCanceller interface {
+	CancelRemoteTask(ctx context.Context, card json.RawMessage, taskID string) error
+}
+
+// cancelOrphanedRemoteTask sends tasks/cancel for the remote task of an
+// A2A run failed as an orphan: the process that drove it would have, had
+// it not died (API.md: a run that ends while its remote task runs cancels
+// it). Best effort, in the background: the remote may be gone too, or
+// its task over.
+func (m *Manager) cancelOrphanedRemoteTask(ctx context.Context, r *store.Run) {
+	rc, ok := m.opts.Invoker.(remoteTaskCanceller)
+	if !ok {
+		return
+	}
+	ag, err := m.Agent(ctx, r.AgentID)
+	if err != nil || ag.Protocol != store.ProtocolA2A {
+		return
+	}
+	taskID, _ := m.remoteTask(ctx, r.SessionID, r.RunID)
+	if taskID == "" {
+		return
+	}
+	go func() {
+		if err := rc.CancelRemoteTask(context.WithoutCancel(ctx), ag.A2ACard, taskID); err != nil {
+			m.opts.Logger.Info("could not cancel an orphaned run's remote task", "run_id", r.RunID, "agent_id", r.AgentID, "task_id", taskID, "err", err)
+		}
+	}()
 }
