@@ -41,6 +41,8 @@ const (
 	AgentReadTimeout = 45 * time.Second
 	// AgentMaxAttempts bounds how often the call is sent in a row without an
 	// event coming back (connection errors, 502/503/504, a stream cut short).
+	// A 429 rate_limited is not counted: the call is sent again once the
+	// wait the platform named is over, for as long as ctx allows.
 	AgentMaxAttempts = 5
 )
 
@@ -94,7 +96,8 @@ type AgentResult struct {
 //   - refused (a 4xx answer): the answer's code — "agent_not_linked",
 //     "agent_not_found", "max_depth_exceeded", "run_not_active",
 //     "idempotency_conflict" …; Status is the HTTP status and errors.As also
-//     finds the *APIError.
+//     finds the *APIError. A 429 rate_limited is no refusal: it is waited
+//     out, and one ctx leaves no time for is a bare *APIError.
 //
 // A handler that returns it (wrapped or not) ends its run with Code.
 type SubAgentError struct {
@@ -176,7 +179,10 @@ type invokeAgentBody struct {
 // and the child goes on.
 //
 // A refusal is a *SubAgentError with the HTTP status (agent_not_linked,
-// agent_not_found, max_depth_exceeded …).
+// agent_not_found, max_depth_exceeded …). A 429 rate_limited (the key's
+// request rate) is not one: the call is sent again, with its key, after the
+// wait the platform named, or — when that wait would outlast ctx — the
+// 429's *APIError is returned.
 func (c *Client) InvokeAgent(ctx context.Context, agentID, message string, opts ...AgentOption) (*AgentStream, error) {
 	o := agentOptions{readTimeout: AgentReadTimeout, retryBase: toolRetryBase}
 	for _, f := range opts {
@@ -200,12 +206,23 @@ func (c *Client) InvokeAgent(ctx context.Context, agentID, message string, opts 
 	}
 	s := &AgentStream{c: c, ctx: ctx, agentID: agentID, key: o.idempotencyKey, body: body, opts: o}
 	backoff := o.retryBase
-	for attempt := 1; ; attempt++ {
+	failures := 0
+	for {
 		err := s.open()
 		if err == nil {
 			return s, nil
 		}
-		if attempt >= AgentMaxAttempts || !transient(ctx, err) {
+		if !transient(ctx, err) {
+			return nil, err
+		}
+		if rl := rateLimited(err); rl != nil {
+			if werr := waitRateLimit(ctx, err, rl, &backoff); werr != nil {
+				return nil, fmt.Errorf("agentplane: invoke agent %s: %w", agentID, werr)
+			}
+			continue
+		}
+		failures++
+		if failures >= AgentMaxAttempts {
 			return nil, err
 		}
 		if serr := sleep(ctx, jitter(backoff/2, backoff)); serr != nil {
@@ -299,8 +316,10 @@ func (s *AgentStream) open() error {
 		resp.Body.Close()
 		idle.Stop()
 		cancel()
-		ae := apiError(resp.StatusCode, raw)
-		if ae.Status >= 400 && ae.Status <= 499 {
+		ae := apiError(resp.StatusCode, resp.Header, raw)
+		// A 429 is no refusal of the call (see rateLimited): kept an
+		// *APIError for the callers to wait out.
+		if ae.Status >= 400 && ae.Status <= 499 && ae.Status != http.StatusTooManyRequests {
 			return &SubAgentError{AgentID: s.agentID, RunID: s.runID, Code: ae.Code, Message: ae.Message, Status: ae.Status, api: ae}
 		}
 		return ae
@@ -389,6 +408,14 @@ func (s *AgentStream) Next() (AgentEvent, error) {
 			if err := s.open(); err != nil {
 				if !transient(s.ctx, err) {
 					return AgentEvent{}, err
+				}
+				if rl := rateLimited(err); rl != nil {
+					// Not counted: the child goes on, and the same key
+					// attaches to it once the request is let through.
+					if werr := waitRateLimit(s.ctx, err, rl, &backoff); werr != nil {
+						return AgentEvent{}, werr
+					}
+					continue
 				}
 				if rerr := retry(err); rerr != nil {
 					return AgentEvent{}, rerr

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -289,6 +290,135 @@ func TestInvokeAgentFailureFailsCaller(t *testing.T) {
 	msgs := p.run(t, "caller", "go")
 	if end := msgs[len(msgs)-1]; end["type"] != "error" || end["code"] != "boom" {
 		t.Fatalf("the caller ended %v", end)
+	}
+}
+
+// TestTranscriptOfChildRuns: the transcript the platform keeps of a child
+// run, read by its caller, says whose rows they are — the child's agent_id
+// and parent_run_id, and the intention — in StoredMessage.
+func TestTranscriptOfChildRuns(t *testing.T) {
+	p := startPlatform(t, testdb.DSN(t, "sqlite"))
+	p.agent(t, "worker", nil, func(ctx context.Context, req *agentplane.Request, s agentplane.Stream) error {
+		return s.Delta("done it")
+	})
+	type seen struct {
+		rootRun, intention string
+		rows               []agentplane.StoredMessage
+		err                error
+	}
+	got := make(chan seen, 1)
+	p.agent(t, "caller", []string{"worker"}, func(ctx context.Context, req *agentplane.Request, s agentplane.Stream) error {
+		out := seen{rootRun: req.RunID, intention: req.IntentionID}
+		defer func() { got <- out }()
+		call, err := req.Client().Agents().Invoke(ctx, "worker", "do it")
+		if err != nil {
+			out.err = err
+			return err
+		}
+		if _, err := call.Text(); err != nil {
+			out.err = err
+			return err
+		}
+		out.rows, out.err = req.Client().Transcript(ctx, "")
+		return out.err
+	})
+	p.run(t, "caller", "go")
+	c := <-got
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	var child []agentplane.StoredMessage
+	for _, m := range c.rows {
+		if m.RunID != c.rootRun {
+			child = append(child, m)
+		}
+	}
+	if len(child) != 2 {
+		t.Fatalf("transcript %+v: want the child's input and answer", c.rows)
+	}
+	for _, m := range child {
+		if m.AgentID != "worker" || m.ParentRunID != c.rootRun || m.IntentionID == "" {
+			t.Errorf("child row %+v: want agent_id worker, parent_run_id %s and an intention_id", m, c.rootRun)
+		}
+	}
+	for _, m := range c.rows {
+		if m.RunID == c.rootRun && (m.AgentID != "caller" || m.ParentRunID != "" || m.IntentionID != c.intention) {
+			t.Errorf("root row %+v: want agent_id caller, no parent_run_id, intention_id %s", m, c.intention)
+		}
+	}
+}
+
+// TestInvokeAgentRetriesRateLimited: a 429 (the key's request rate) is not a
+// refusal: the call is sent again with its key after the retry_after_ms the
+// platform named, at the invoke and at a re-attach, and more often than
+// AgentMaxAttempts. A stand-in server plays the platform: the real one's
+// limits are set in its config file.
+func TestInvokeAgentRetriesRateLimited(t *testing.T) {
+	var mu sync.Mutex
+	var keys []string
+	limited := agentplane.AgentMaxAttempts + 1
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			IdempotencyKey string `json:"idempotency_key"`
+		}
+		json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		keys = append(keys, body.IdempotencyKey)
+		n := len(keys)
+		mu.Unlock()
+		event := func(seq int, typ, extra string) {
+			fmt.Fprintf(w, "event: %s\ndata: {\"type\":%q,\"seq\":%d,\"run_id\":\"run_child\",\"parent_run_id\":\"run_1\"%s}\n\n", typ, typ, seq, extra)
+		}
+		switch {
+		case n <= limited || n == limited+2:
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusTooManyRequests)
+			w.Write([]byte(`{"error":{"code":"rate_limited","message":"agent key over its request rate; retry later","retry_after":1,"retry_after_ms":30}}`))
+		case n == limited+1: // cut short: the caller attaches again
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("x-child-run-id", "run_child")
+			event(1, "run_started", "")
+			event(2, "delta", `,"text":"Sunny "`)
+		default:
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("x-child-run-id", "run_child")
+			event(1, "run_started", "")
+			event(2, "delta", `,"text":"Sunny "`)
+			event(3, "delta", `,"text":"in Paris"`)
+			event(4, "done", `,"status":"DONE","output":"Sunny in Paris"`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c := &agentplane.Client{BaseURL: srv.URL, APIKey: "ak_1", RunID: "run_1"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	call, err := c.Agents().Invoke(ctx, "weather", "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer call.Close()
+	text, err := call.Text()
+	took := time.Since(start)
+	if err != nil || text != "Sunny in Paris" {
+		t.Fatalf("Text = %q, %v", text, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keys) != limited+3 || call.Attaches() != 2 {
+		t.Fatalf("%d requests, %d attaches; want %d and 2", len(keys), call.Attaches(), limited+3)
+	}
+	for i, k := range keys {
+		if k != keys[0] {
+			t.Errorf("request %d used key %q, want %q: every attach sends the same key", i, k, keys[0])
+		}
+	}
+	if min := time.Duration(limited+1) * 30 * time.Millisecond; took < min {
+		t.Errorf("took %v, want at least %v: retried before the retry_after_ms the platform asked for", took, min)
+	}
+	if took > time.Second {
+		t.Errorf("took %v: waited the header's whole second instead of retry_after_ms", took)
 	}
 }
 

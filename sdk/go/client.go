@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Environment variables read when no explicit value is given.
@@ -69,9 +70,12 @@ func NewClient(baseURL, apiKey string) *Client {
 	return &Client{BaseURL: baseURL, APIKey: apiKey}
 }
 
-// clientFromEnv is NewClient("", "") when AGENTPLANE_URL is set, else nil.
+// clientFromEnv is NewClient("", "") when both AGENTPLANE_URL and
+// AGENTPLANE_AGENT_KEY are set, else nil: a client without the key would
+// only collect 401s, where a nil one returns ErrNotConfigured, which says
+// what to set (as the Python SDK's req.client does).
 func clientFromEnv() *Client {
-	if os.Getenv(EnvURL) == "" {
+	if os.Getenv(EnvURL) == "" || os.Getenv(EnvAgentKey) == "" {
 		return nil
 	}
 	return NewClient("", "")
@@ -127,8 +131,15 @@ type StoredMessage struct {
 	MessageID string `json:"message_id"`
 	SessionID string `json:"session_id"`
 	RunID     string `json:"run_id"`
-	Role      string `json:"role"`
-	Content   string `json:"content"`
+	// AgentID is the agent of the run the message belongs to; with
+	// ParentRunID (set on a child run's rows, DESIGN §11) it tells a
+	// caller's rows from its children's in the shared session.
+	AgentID     string `json:"agent_id,omitempty"`
+	ParentRunID string `json:"parent_run_id,omitempty"`
+	// IntentionID is the user intention of the message's run (DESIGN §12).
+	IntentionID string `json:"intention_id,omitempty"`
+	Role        string `json:"role"`
+	Content     string `json:"content"`
 	// CreatedAt is the platform's timestamp (Unix milliseconds).
 	CreatedAt int64 `json:"created_at"`
 }
@@ -383,7 +394,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		return fmt.Errorf("agentplane: %s %s: read response: %w", method, path, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return apiError(resp.StatusCode, raw)
+		return apiError(resp.StatusCode, resp.Header, raw)
 	}
 	if out == nil || len(bytes.TrimSpace(raw)) == 0 {
 		return nil
@@ -394,16 +405,42 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	return nil
 }
 
-func apiError(status int, raw []byte) *APIError {
+func apiError(status int, header http.Header, raw []byte) *APIError {
 	var body struct {
-		Error *errorData `json:"error"`
+		Error *struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+			// any, not a number type: a proxy's odd value must not cost
+			// the error its code.
+			RetryAfter   any `json:"retry_after"`
+			RetryAfterMS any `json:"retry_after_ms"`
+		} `json:"error"`
 	}
 	if json.Unmarshal(raw, &body) == nil && body.Error != nil && body.Error.Code != "" {
-		return &APIError{Status: status, Code: body.Error.Code, Message: body.Error.Message}
+		e := body.Error
+		ae := &APIError{Status: status, Code: e.Code, Message: e.Message}
+		if ms, ok := e.RetryAfterMS.(float64); ok && ms >= 0 {
+			ae.RetryAfter = time.Duration(ms * float64(time.Millisecond))
+		} else if sec, ok := e.RetryAfter.(float64); ok && sec >= 0 {
+			ae.RetryAfter = time.Duration(sec * float64(time.Second))
+		} else {
+			ae.RetryAfter = retryAfterHeader(header)
+		}
+		return ae
 	}
 	text := strings.TrimSpace(string(raw))
 	if len(text) > 500 {
 		text = text[:500]
 	}
-	return &APIError{Status: status, Code: "http_" + strconv.Itoa(status), Message: text}
+	return &APIError{Status: status, Code: "http_" + strconv.Itoa(status), Message: text, RetryAfter: retryAfterHeader(header)}
+}
+
+// retryAfterHeader is a Retry-After header's delay-seconds; 0 when absent or
+// an HTTP date (which the platform does not send).
+func retryAfterHeader(h http.Header) time.Duration {
+	sec, err := strconv.ParseInt(strings.TrimSpace(h.Get("Retry-After")), 10, 64)
+	if err != nil || sec < 0 {
+		return 0
+	}
+	return time.Duration(sec) * time.Second
 }

@@ -98,6 +98,34 @@ func TestClientMessagesAndAppend(t *testing.T) {
 	}
 }
 
+// TestStoredMessageCarriesItsRun: transcript rows keep who wrote them —
+// agent_id, and for a child run's rows parent_run_id; intention_id
+// (DESIGN §11/§12, API.md "Sessions") — as the platform sends them.
+func TestStoredMessageCarriesItsRun(t *testing.T) {
+	fp := newFakePlatform(t, map[string]func(recorded) reply{
+		"GET /v1/sessions/ses_1/messages": okJSON(map[string]any{"messages": []any{
+			map[string]any{"message_id": "m1", "session_id": "ses_1", "run_id": "run_1", "agent_id": "caller", "intention_id": "int_1", "role": "user", "content": "hi", "created_at": 5},
+			map[string]any{"message_id": "m2", "session_id": "ses_1", "run_id": "run_2", "agent_id": "worker", "parent_run_id": "run_1", "intention_id": "int_2", "role": "assistant", "content": "yo", "created_at": 6},
+		}, "next_before": ""}),
+	})
+	got, err := boundClient(fp).Transcript(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []agentplane.StoredMessage{
+		{MessageID: "m1", SessionID: "ses_1", RunID: "run_1", AgentID: "caller", IntentionID: "int_1", Role: "user", Content: "hi", CreatedAt: 5},
+		{MessageID: "m2", SessionID: "ses_1", RunID: "run_2", AgentID: "worker", ParentRunID: "run_1", IntentionID: "int_2", Role: "assistant", Content: "yo", CreatedAt: 6},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Transcript = %+v, want %+v", got, want)
+	}
+	// Encoded again (an agent passing rows on), a root row has no parent.
+	out, _ := json.Marshal(got[0])
+	if string(out) != `{"message_id":"m1","session_id":"ses_1","run_id":"run_1","agent_id":"caller","intention_id":"int_1","role":"user","content":"hi","created_at":5}` {
+		t.Errorf("re-encoded = %s", out)
+	}
+}
+
 func TestClientTranscriptPagesBackToTheStart(t *testing.T) {
 	// Five messages m1..m5 served newest page first, two per page.
 	fp := newFakePlatform(t, map[string]func(recorded) reply{

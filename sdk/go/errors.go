@@ -3,6 +3,7 @@ package agentplane
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // CodeAgentException is the error code sent when a handler fails with an
@@ -34,10 +35,18 @@ type APIError struct {
 	Status  int
 	Code    string
 	Message string
+	// RetryAfter is how long the platform asked the caller to wait before
+	// sending again: a 429 rate_limited answer's retry_after_ms (else its
+	// retry_after, else its Retry-After header); 0 when it did not say.
+	RetryAfter time.Duration
 }
 
 func (e *APIError) Error() string {
-	return fmt.Sprintf("agentplane: %s (HTTP %d): %s", e.Code, e.Status, e.Message)
+	msg := fmt.Sprintf("agentplane: %s (HTTP %d): %s", e.Code, e.Status, e.Message)
+	if e.RetryAfter > 0 {
+		msg += fmt.Sprintf(" (retry after %v)", e.RetryAfter)
+	}
+	return msg
 }
 
 // ErrNotConfigured is returned by the methods of a nil *Client — what

@@ -59,7 +59,7 @@ type AgentHandler struct {
 
 // NewAgentHandler returns an AgentHandler for h whose Platform client comes
 // from the environment (AGENTPLANE_URL, AGENTPLANE_AGENT_KEY); Platform is
-// nil when AGENTPLANE_URL is unset. Adjust the fields before serving.
+// nil unless both are set. Adjust the fields before serving.
 func NewAgentHandler(h HandlerFunc) *AgentHandler {
 	return &AgentHandler{Handler: h, Platform: clientFromEnv()}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"sync"
@@ -396,6 +397,38 @@ func TestNewAgentHandlerReadsEnv(t *testing.T) {
 	t.Setenv(agentplane.EnvURL, "")
 	if a := agentplane.NewAgentHandler(nil); a.Platform != nil {
 		t.Fatalf("Platform = %+v with %s unset, want nil", a.Platform, agentplane.EnvURL)
+	}
+}
+
+// TestNewAgentHandlerNeedsURLAndKey: with AGENTPLANE_URL set and no
+// AGENTPLANE_AGENT_KEY, req.Client() is nil and its methods say what to set
+// (ErrNotConfigured, as doc.go promises) instead of failing with the
+// platform's 401; the same with only the key.
+func TestNewAgentHandlerNeedsURLAndKey(t *testing.T) {
+	platform := newFakePlatform(t, nil)
+	for _, env := range []struct{ url, key string }{{platform.URL, ""}, {"", "ak_env"}} {
+		t.Setenv(agentplane.EnvURL, env.url)
+		t.Setenv(agentplane.EnvAgentKey, env.key)
+		ah := agentplane.NewAgentHandler(func(ctx context.Context, req *agentplane.Request, s agentplane.Stream) error {
+			if c := req.Client(); c != nil {
+				t.Errorf("%s=%q %s=%q: Client() = %+v, want nil", agentplane.EnvURL, env.url, agentplane.EnvAgentKey, env.key, c)
+			}
+			return req.Client().Heartbeat(ctx, "echo")
+		})
+		ah.Logger = discardLogger()
+		if ah.Platform != nil {
+			t.Errorf("%s=%q %s=%q: Platform = %+v, want nil", agentplane.EnvURL, env.url, agentplane.EnvAgentKey, env.key, ah.Platform)
+		}
+		srv := httptest.NewServer(ah)
+		evs := invokeEvents(t, srv, nil)
+		srv.Close()
+		last := evs[len(evs)-1]
+		if msg, _ := last.Data["message"].(string); last.Name != "error" || !strings.Contains(msg, agentplane.EnvAgentKey) {
+			t.Errorf("%s=%q %s=%q: last event %+v, want the ErrNotConfigured error", agentplane.EnvURL, env.url, agentplane.EnvAgentKey, env.key, last)
+		}
+	}
+	if n := platform.count(); n != 0 {
+		t.Errorf("the platform got %d requests, want none without a key", n)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -188,12 +189,27 @@ func newFakePlatform(t *testing.T, routes map[string]func(recorded) reply) *fake
 		if !ok {
 			out, _ = json.Marshal(rep.Body)
 		}
+		if ra := retryAfterOf(rep.Body); ra != "" && (rep.Status == http.StatusTooManyRequests || rep.Status == http.StatusServiceUnavailable) {
+			// As the platform does (respond.Err): the error's retry_after
+			// (whole seconds) goes in Retry-After too.
+			w.Header().Set("Retry-After", ra)
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(rep.Status)
 		w.Write(out)
 	}))
 	t.Cleanup(fp.Close)
 	return fp
+}
+
+// retryAfterOf is the error's retry_after of a reply body, as text; "" if none.
+func retryAfterOf(body any) string {
+	m, _ := body.(map[string]any)
+	e, _ := m["error"].(map[string]any)
+	if ra, ok := e["retry_after"]; ok {
+		return fmt.Sprint(ra)
+	}
+	return ""
 }
 
 func (fp *fakePlatform) last(t *testing.T) recorded {

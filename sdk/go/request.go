@@ -92,8 +92,8 @@ func newRequest(b *invokeBody, h http.Header, platform *Client) *Request {
 
 // Client returns a platform client bound to this run (its calls carry
 // x-run-id and x-session-id), or nil when the AgentHandler has no Platform
-// client configured (AGENTPLANE_URL unset); the methods of that nil client
-// return ErrNotConfigured, which says what to set.
+// client configured (AGENTPLANE_URL or AGENTPLANE_AGENT_KEY unset); the
+// methods of that nil client return ErrNotConfigured, which says what to set.
 func (r *Request) Client() *Client { return r.client }
 
 // OpenAIBaseURL is the base URL for an OpenAI-compatible SDK: the platform's

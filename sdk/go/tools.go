@@ -40,7 +40,8 @@ const (
 	// ToolMaxAttempts bounds how often one request (an invoke or one :wait)
 	// is sent when it fails with a connection error or 502/503/504. The
 	// backoff between attempts doubles from toolRetryBase up to toolRetryCap,
-	// jittered.
+	// jittered. A 429 rate_limited is not counted: the request is sent again
+	// once the wait the platform named is over, for as long as ctx allows.
 	ToolMaxAttempts = 5
 )
 
@@ -91,7 +92,9 @@ type ToolCallError struct {
 //
 // Find it with errors.As. What is not a ToolError: a platform that stays
 // unreachable or answers 5xx through every retry (the call may still be
-// running), and ctx ending.
+// running), a 429 rate_limited whose wait ctx leaves no time for (an
+// *APIError with Status 429 and RetryAfter; the call, if it was created, is
+// still pending), and ctx ending.
 //
 // A handler that returns a *ToolError (wrapped or not) ends its run with
 // `event: error {code: Code}`, so an unhandled rejection reads as one.
@@ -232,7 +235,11 @@ type invokeToolBody struct {
 // random ToolWaitPauseMin–ToolWaitPauseMax between rounds. Each request is
 // retried, with the same idempotency key, on connection errors and
 // 502/503/504 (at most ToolMaxAttempts sends, with backoff); a 4xx answer is
-// not retried.
+// not retried, but for a 429 rate_limited: the platform turned the request
+// away before any work, so it is sent again after the wait the platform
+// named (retry_after_ms, else Retry-After, else the backoff), however often,
+// unless that wait would outlast ctx — then the 429's *APIError, with its
+// RetryAfter, is returned at once.
 //
 // Every failure of the call is a *ToolError: a 4xx refusal (invalid_args,
 // tool_not_found …; it wraps the *APIError) and a call that ended failed
@@ -286,6 +293,9 @@ func (c *Client) InvokeTool(ctx context.Context, name string, args any, opts ...
 			if te := refused(name, id, err); te != nil {
 				return nil, te
 			}
+			if rateLimited(err) != nil {
+				return nil, fmt.Errorf("agentplane: tool %s: call %s still pending (%s): %w", name, id, state, err)
+			}
 			return nil, fmt.Errorf("agentplane: tool %s: wait for call %s (%s): %w", name, id, state, err)
 		}
 		if tc.Status != ToolStatusPending {
@@ -333,10 +343,11 @@ func (c *Client) ToolCall(ctx context.Context, toolCallID string) (*ToolCall, er
 }
 
 // refused turns a 4xx answer about a tool call into its *ToolError; other
-// errors give nil.
+// errors give nil, and so does a 429: the request was turned away before
+// any work, which says nothing about the call.
 func refused(name, toolCallID string, err error) *ToolError {
 	var ae *APIError
-	if !errors.As(err, &ae) || ae.Status < 400 || ae.Status > 499 {
+	if !errors.As(err, &ae) || ae.Status < 400 || ae.Status > 499 || ae.Status == http.StatusTooManyRequests {
 		return nil
 	}
 	return &ToolError{ToolName: name, ToolCallID: toolCallID, Code: ae.Code, Message: ae.Message, Status: ae.Status, api: ae}
@@ -360,14 +371,27 @@ func toolError(name string, tc *ToolCall) *ToolError {
 }
 
 // retrying is do, sent again after a transient failure (see transient) with
-// a jittered exponential backoff, at most ToolMaxAttempts times. The body is
+// a jittered exponential backoff, at most ToolMaxAttempts times, and after a
+// 429 once its wait is over (see waitRateLimit), however often. The body is
 // the same on every attempt, and so is its idempotency key: the platform
-// answers a repeated invoke with the call the first one created.
+// answers a repeated invoke with the call the first one created (a :wait is
+// a read).
 func (c *Client) retrying(ctx context.Context, o toolOptions, method, path string, q url.Values, body, out any) error {
 	backoff := o.retryBase
-	for attempt := 1; ; attempt++ {
+	failures := 0
+	for {
 		err := c.do(ctx, method, path, q, body, out)
-		if err == nil || attempt >= ToolMaxAttempts || !transient(ctx, err) {
+		if err == nil || !transient(ctx, err) {
+			return err
+		}
+		if rl := rateLimited(err); rl != nil {
+			if werr := waitRateLimit(ctx, err, rl, &backoff); werr != nil {
+				return werr
+			}
+			continue
+		}
+		failures++
+		if failures >= ToolMaxAttempts {
 			return err
 		}
 		if serr := sleep(ctx, jitter(backoff/2, backoff)); serr != nil {
@@ -377,9 +401,45 @@ func (c *Client) retrying(ctx context.Context, o toolOptions, method, path strin
 	}
 }
 
+// rateLimited returns the *APIError of a 429 answer (the key's request rate,
+// API.md "Rate limits"), or nil.
+func rateLimited(err error) *APIError {
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
+		return ae
+	}
+	return nil
+}
+
+// waitRateLimit waits out the 429 rl (err wraps it) before the request is
+// sent again: the wait the platform named, never less, and up to a quarter
+// more (at most a second) so agents turned away together do not come back
+// together; without one, the jittered backoff (which then doubles). A 429
+// is not a failure, so the caller does not count it. It returns err at once
+// when the wait would outlast ctx's deadline — the rate limit, with its
+// RetryAfter, is then what the caller learns, not a bare deadline — and an
+// error wrapping both ctx's and err when ctx ends during the wait.
+func waitRateLimit(ctx context.Context, err error, rl *APIError, backoff *time.Duration) error {
+	d := rl.RetryAfter
+	if d > 0 {
+		d += jitter(0, min(d/4, time.Second))
+	} else {
+		d = jitter(*backoff/2, *backoff)
+		*backoff = min(2*(*backoff), toolRetryCap)
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return err
+	}
+	if serr := sleep(ctx, d); serr != nil {
+		return fmt.Errorf("%w (after %w)", serr, err)
+	}
+	return nil
+}
+
 // transient reports whether err is worth sending the request again for: no
-// answer at all (connection refused or reset, the answer cut short), or a
-// gateway's 502/503/504. A 4xx, or any other answer, would come back the same.
+// answer at all (connection refused or reset, the answer cut short), a
+// gateway's 502/503/504, or a 429 (the request was turned away before any
+// work; see waitRateLimit). Any other answer would come back the same.
 func transient(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
@@ -387,7 +447,7 @@ func transient(ctx context.Context, err error) bool {
 	var ae *APIError
 	if errors.As(err, &ae) {
 		switch ae.Status {
-		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout, http.StatusTooManyRequests:
 			return true
 		}
 		return false

@@ -250,12 +250,13 @@ func TestInvokeToolRetriesAreBounded(t *testing.T) {
 
 // TestInvokeToolNoRetryOn4xx: a refusal comes back at once, as a
 // *ToolError (issue 8 item 18: invalid_args and tool_not_found were bare
-// *APIErrors, which code catching ToolError missed).
+// *APIErrors, which code catching ToolError missed). A 429 is not a
+// refusal: see TestInvokeToolRetriesRateLimited.
 func TestInvokeToolNoRetryOn4xx(t *testing.T) {
 	for _, tt := range []struct {
 		status int
 		code   string
-	}{{400, "invalid_args"}, {403, "forbidden"}, {404, "tool_not_found"}, {409, "idempotency_conflict"}, {429, "rate_limited"}} {
+	}{{400, "invalid_args"}, {403, "forbidden"}, {404, "tool_not_found"}, {409, "idempotency_conflict"}} {
 		t.Run(tt.code, func(t *testing.T) {
 			fp := newFakePlatform(t, map[string]func(recorded) reply{invokePath: script(errReply(tt.status, tt.code))})
 			_, err := boundClient(fp).InvokeTool(context.Background(), "demo.weather", map[string]any{}, fast)
@@ -288,6 +289,133 @@ func TestInvokeToolNoRetryOn4xx(t *testing.T) {
 			t.Errorf("%d :wait calls, want 1", n)
 		}
 	})
+}
+
+// rateLimited is the platform's 429 (API.md, Rate limits): retry_after_ms
+// in the body, whole seconds in retry_after and (fakePlatform) Retry-After.
+func rateLimited(ms int64) reply {
+	secs := max(1, (ms+999)/1000)
+	return reply{Status: http.StatusTooManyRequests, Body: map[string]any{"error": map[string]any{
+		"code": "rate_limited", "message": "agent key over its request rate; retry later", "retry_after": secs, "retry_after_ms": ms}}}
+}
+
+// TestInvokeToolRetriesRateLimited: a 429 (the key's token bucket is empty)
+// is no answer about the call — the platform did no work and says when to
+// come back. The invoke is sent again with its key and the :wait again,
+// after the body's retry_after_ms (not the header's whole second), and more
+// often than ToolMaxAttempts: the limit is not a failure.
+func TestInvokeToolRetriesRateLimited(t *testing.T) {
+	n := agentplane.ToolMaxAttempts + 1
+	invokes := make([]reply, 0, n+1)
+	for range n {
+		invokes = append(invokes, rateLimited(40))
+	}
+	fp := newFakePlatform(t, map[string]func(recorded) reply{
+		invokePath: script(append(invokes, view("pending", "WAITING_APPROVAL", nil))...),
+		waitPath:   script(rateLimited(40), view("succeeded", "SUCCEEDED", map[string]any{"result": 7})),
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	res, err := boundClient(fp).InvokeTool(ctx, "demo.weather", map[string]any{}, fast)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res) != "7" {
+		t.Errorf("result = %s", res)
+	}
+	recs := fp.requestsTo(invokePath)
+	if len(recs) != n+1 {
+		t.Fatalf("%d invokes, want %d", len(recs), n+1)
+	}
+	for i, r := range recs {
+		if r.Body["idempotency_key"] != recs[0].Body["idempotency_key"] {
+			t.Errorf("invoke %d used key %v, want %v: a retry must reuse the key", i, r.Body["idempotency_key"], recs[0].Body["idempotency_key"])
+		}
+	}
+	if w := len(fp.requestsTo(waitPath)); w != 2 {
+		t.Errorf("%d :wait calls, want 2", w)
+	}
+	if min := time.Duration(n+1) * 40 * time.Millisecond; took < min {
+		t.Errorf("took %v, want at least %v: retried before the retry_after_ms the platform asked for", took, min)
+	}
+	if took > time.Second {
+		t.Errorf("took %v: waited the header's whole second instead of retry_after_ms", took)
+	}
+}
+
+// TestInvokeToolRateLimitedRetryAfterHeader: without retry_after_ms the
+// Retry-After header (seconds) says how long; without either, the usual
+// backoff.
+func TestInvokeToolRateLimitedRetryAfterHeader(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch n.Add(1) {
+		case 1:
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusTooManyRequests)
+			w.Write([]byte(`{"error":{"code":"rate_limited","message":"slow down"}}`))
+		case 2:
+			http.Error(w, "too many requests", http.StatusTooManyRequests)
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"tool_call_id":"tc_1","status":"succeeded","state":"SUCCEEDED","result":"ok"}`))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c := &agentplane.Client{BaseURL: srv.URL, APIKey: "ak_1", RunID: "run_1"}
+	start := time.Now()
+	res, err := c.InvokeTool(context.Background(), "demo.weather", map[string]any{}, fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res) != `"ok"` || n.Load() != 3 {
+		t.Fatalf("result %s after %d requests, want \"ok\" after 3", res, n.Load())
+	}
+	if d := time.Since(start); d < time.Second {
+		t.Errorf("took %v, want the Retry-After's second", d)
+	}
+}
+
+// TestInvokeToolRateLimitedPastTheDeadline: a 429 asking for longer than
+// ctx leaves ends the call at once with the rate limit — an *APIError with
+// RetryAfter, not a *ToolError: the call is still pending.
+func TestInvokeToolRateLimitedPastTheDeadline(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		routes map[string]func(recorded) reply
+		callID string
+	}{
+		{"during the wait", map[string]func(recorded) reply{invokePath: script(view("pending", "WAITING_CLIENT", nil)), waitPath: script(rateLimited(5000))}, "tc_1"},
+		{"at the invoke", map[string]func(recorded) reply{invokePath: script(rateLimited(5000))}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fp := newFakePlatform(t, tt.routes)
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			_, err := boundClient(fp).InvokeTool(ctx, "demo.weather", map[string]any{}, fast)
+			if d := time.Since(start); d > 400*time.Millisecond {
+				t.Errorf("returned after %v: a wait past the deadline is not worth starting", d)
+			}
+			var te *agentplane.ToolError
+			if errors.As(err, &te) {
+				t.Fatalf("err = %v: a rate limit is not a failed call", err)
+			}
+			var ae *agentplane.APIError
+			if !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests || ae.Code != "rate_limited" || ae.RetryAfter != 5*time.Second {
+				t.Fatalf("err = %v, want the 429 rate_limited with RetryAfter 5s", err)
+			}
+			if tt.callID != "" && (!strings.Contains(err.Error(), tt.callID) || !strings.Contains(err.Error(), "pending")) {
+				t.Errorf("err = %v, want it to name the pending call %s", err, tt.callID)
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("err = %v: the rate limit, not the deadline, ended the call", err)
+			}
+		})
+	}
 }
 
 // TestInvokeToolRetriesConnectionErrors drops the first connection without

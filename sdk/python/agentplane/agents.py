@@ -16,8 +16,10 @@ The child belongs to the platform, not to this connection: when the stream
 breaks (a proxy restarts, a socket times out) the call is sent again with the
 same idempotency key, which attaches to the same child — never a second one —
 and the platform replays the child's events from its first; the ones already
-seen are skipped by their ``seq``. A child that failed or was cancelled makes
-:meth:`AgentCall.result` and :meth:`AgentCall.text` raise
+seen are skipped by their ``seq``. A 429 (``rate_limited``: the agent key's
+request rate) is no refusal either: the call is sent again, with the same
+key, once the wait the platform named is over. A child that failed or was
+cancelled makes :meth:`AgentCall.result` and :meth:`AgentCall.text` raise
 :class:`SubAgentError` with the child's code; so does a call the platform
 refuses (``agent_not_linked``, ``agent_not_found``, ``max_depth_exceeded``…),
 at :meth:`Agents.invoke` already.
@@ -40,7 +42,8 @@ import urllib.parse
 import urllib.request
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from .errors import AgentError, APIError, InputRequired
+from .errors import AgentError, APIError, InputRequired, _retry_after
+from .tools import _rate_limit_pause
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import Client
@@ -52,7 +55,9 @@ __all__ = ["Agents", "AgentCall", "AgentEvent", "SubAgentError", "READ_TIMEOUT"]
 #: this is three missed ones.
 READ_TIMEOUT = 45.0
 #: How often the call is sent in a row without getting an event back, on
-#: connection errors and 502/503/504, before giving up.
+#: connection errors and 502/503/504, before giving up. A 429
+#: (``rate_limited``) is not counted: it is sent again once the wait the
+#: platform named is over.
 MAX_ATTEMPTS = 5
 #: First retry backoff and its cap, in seconds; it doubles between attempts.
 RETRY_BACKOFF: Tuple[float, float] = (0.1, 2.0)
@@ -414,21 +419,36 @@ class AgentCall:
         url = client.base_url + "/v1/agents/" + urllib.parse.quote(self.agent_id, safe="") + ":invoke"
         req = urllib.request.Request(url, data=json.dumps(body, separators=(",", ":")).encode("utf-8"), headers=headers, method="POST")
         backoff, cap = self._agents.retry_backoff
-        attempt = 0
+        failures = 0
         while True:
-            attempt += 1
             try:
                 resp = urllib.request.urlopen(req, timeout=self._agents.read_timeout)
                 break
             except urllib.error.HTTPError as e:
                 raw = e.read()
-                if e.code in _RETRY_STATUSES and first and attempt < self._agents.max_attempts:
+                if e.code == 429:
+                    # Rate limited (the agent key's request rate): the
+                    # platform did nothing and named the wait. Not a
+                    # refusal of the call, and not a failure (not
+                    # counted); the same key attaches to the same child
+                    # once the request is let through.
+                    limited = _refused(self.agent_id, e.code, raw, e.headers)
+                    if self._closed:
+                        raise limited from None
+                    pause, backoff = _rate_limit_pause(limited, backoff, cap)
+                    time.sleep(pause)
+                    if self._closed:
+                        raise limited from None
+                    continue
+                failures += 1
+                if e.code in _RETRY_STATUSES and first and failures < self._agents.max_attempts:
                     time.sleep(random.uniform(backoff / 2, backoff))
                     backoff = min(backoff * 2, cap)
                     continue
-                raise _refused(self.agent_id, e.code, raw) from None
+                raise _refused(self.agent_id, e.code, raw, e.headers) from None
             except (urllib.error.URLError, OSError) as e:
-                if first and attempt < self._agents.max_attempts:
+                failures += 1
+                if first and failures < self._agents.max_attempts:
                     time.sleep(random.uniform(backoff / 2, backoff))
                     backoff = min(backoff * 2, cap)
                     continue
@@ -495,13 +515,16 @@ def _transient(e: APIError) -> bool:
     return (e.status == 0 and e.code == "connection_error") or e.status in _RETRY_STATUSES
 
 
-def _refused(agent_id: str, status: int, raw: bytes) -> APIError:
-    """A 4xx answer as :class:`SubAgentError`; anything else as :class:`APIError`."""
+def _refused(agent_id: str, status: int, raw: bytes, headers: Any = None) -> APIError:
+    """A 4xx answer as :class:`SubAgentError`; anything else (a 429 too: the
+    call was not refused, only not let through yet) as :class:`APIError`."""
+    err: Any = None
     try:
         err = json.loads(raw)["error"]
         code, message = str(err["code"]), str(err.get("message", ""))
     except (ValueError, KeyError, TypeError):
+        err = None
         code, message = f"http_{status}", raw.decode("utf-8", "replace").strip()[:500]
-    if 400 <= status <= 499:
+    if 400 <= status <= 499 and status != 429:
         return SubAgentError(code, message, agent_id=agent_id, status=status, body=raw)
-    return APIError(code, message, status, raw)
+    return APIError(code, message, status, raw, retry_after=_retry_after(err, headers))

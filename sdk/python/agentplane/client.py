@@ -10,7 +10,7 @@ import urllib.request
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from .agents import Agents
-from .errors import APIError
+from .errors import APIError, _retry_after
 from .tools import Tools
 
 __all__ = ["Client", "register", "ENV_URL", "ENV_AGENT_KEY"]
@@ -311,7 +311,7 @@ def _request(
             status = resp.status
             raw = resp.read()
     except urllib.error.HTTPError as e:
-        raise _api_error(e.code, e.read()) from None
+        raise _api_error(e.code, e.read(), e.headers) from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
         raise APIError("connection_error", f"{method} {url}: {reason}") from e
@@ -323,10 +323,10 @@ def _request(
         raise APIError("bad_response", f"{method} {url}: response is not JSON: {e}", status, raw) from None
 
 
-def _api_error(status: int, raw: bytes) -> APIError:
+def _api_error(status: int, raw: bytes, headers: Any = None) -> APIError:
     try:
         err = json.loads(raw)["error"]
-        return APIError(str(err["code"]), str(err.get("message", "")), status, raw)
+        return APIError(str(err["code"]), str(err.get("message", "")), status, raw, retry_after=_retry_after(err, headers))
     except (ValueError, KeyError, TypeError):
         text = raw.decode("utf-8", "replace").strip()[:500]
-        return APIError(f"http_{status}", text, status, raw)
+        return APIError(f"http_{status}", text, status, raw, retry_after=_retry_after(None, headers))

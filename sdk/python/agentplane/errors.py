@@ -65,14 +65,27 @@ class APIError(Exception):
     ``code`` and ``message`` come from the platform's
     ``{"error": {"code", "message"}}`` body; a body without that shape gets
     ``code = "http_<status>"`` and its text as the message.
+
+    ``retry_after`` is how long, in seconds, the platform asked the caller
+    to wait before sending again — a 429 ``rate_limited`` answer's
+    ``retry_after_ms`` (or ``retry_after``, or its ``Retry-After`` header) —
+    and ``None`` when it did not say.
     """
 
-    def __init__(self, code: str, message: str, status: int = 0, body: Optional[bytes] = None) -> None:
-        super().__init__(f"{code} (HTTP {status}): {message}" if status else f"{code}: {message}")
+    # A class default, so subclasses that set their own attributes
+    # (ToolError, SubAgentError) have it too.
+    retry_after: Optional[float] = None
+
+    def __init__(self, code: str, message: str, status: int = 0, body: Optional[bytes] = None, *, retry_after: Optional[float] = None) -> None:
+        text = f"{code} (HTTP {status}): {message}" if status else f"{code}: {message}"
+        if retry_after is not None:
+            text += f" (retry after {retry_after:g}s)"
+        super().__init__(text)
         self.code = code
         self.message = message
         self.status = status
         self.body = body
+        self.retry_after = retry_after
 
 
 class NotConfiguredError(RuntimeError):
@@ -85,3 +98,23 @@ class NotConfiguredError(RuntimeError):
     ``platform_url=`` / ``agent_api_key=`` arguments of ``serve()`` and
     :class:`AgentServer`.
     """
+
+
+def _retry_after(error: Any, headers: Any = None) -> Optional[float]:
+    """The wait, in seconds, an error answer asks for, or None.
+
+    ``error`` is the ``error`` object of the body: its ``retry_after_ms``
+    (exact) wins over its ``retry_after`` (whole seconds); ``headers``, the
+    answer's, give ``Retry-After`` (delta-seconds; the HTTP-date form is not
+    used by the platform and is ignored).
+    """
+    if isinstance(error, dict):
+        for key, scale in (("retry_after_ms", 1000.0), ("retry_after", 1.0)):
+            v = error.get(key)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0:
+                return v / scale
+    if headers is not None:
+        v = str(headers.get("Retry-After") or "").strip()
+        if v.isascii() and v.isdigit():
+            return float(v)
+    return None

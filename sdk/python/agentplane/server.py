@@ -367,9 +367,25 @@ def serve(handler: Handler, host: str = "127.0.0.1", port: int = 0, **kwargs: An
 # -- HTTP plumbing -----------------------------------------------------------
 
 
+# A client that goes away mid-request: the platform cancelling a run or
+# dropping a pooled connection, a health checker giving up. Normal operation.
+_DISCONNECTS = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     agent: AgentServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # socketserver prints a traceback to stderr for every exception a
+        # request raises; a client's disconnect is not worth one (it reads
+        # as a crash in the agent's logs), so it goes to the debug log.
+        # Anything else keeps the default: it is a bug worth seeing.
+        exc = sys.exc_info()[1]
+        if isinstance(exc, _DISCONNECTS):
+            log.debug("connection from %s closed by the client: %r", client_address, exc)
+            return
+        super().handle_error(request, client_address)
 
 
 class _RequestHandler(BaseHTTPRequestHandler):

@@ -14,6 +14,13 @@ and 502/503/504, at most :data:`MAX_ATTEMPTS` times with a jittered,
 doubling backoff; a 4xx is raised at once, as a :class:`ToolError`. The
 platform answers a repeated key (within the run) with the call the first
 request created, so a retry never runs a tool twice.
+
+A 429 (``rate_limited``: the agent key's request rate, API.md "Rate
+limits") is no answer about the call — the platform refused the request
+before doing anything — so it is neither a failure nor counted against
+:data:`MAX_ATTEMPTS`: the request is sent again once the wait the platform
+named (``retry_after_ms``, else ``Retry-After``; else the backoff) is over,
+for as long as the caller's ``timeout`` allows.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ WAIT_TIMEOUT_MS = 30_000
 #: Bounds of the random pause between two ``:wait`` rounds, in seconds.
 WAIT_PAUSE: Tuple[float, float] = (0.2, 0.8)
 #: How often one request (the invoke, or one ``:wait``) is sent at most when
-#: it fails with a connection error or 502/503/504.
+#: it fails with a connection error or 502/503/504 (a 429 is not counted).
 MAX_ATTEMPTS = 5
 #: First retry backoff and its cap, in seconds; it doubles between attempts.
 RETRY_BACKOFF: Tuple[float, float] = (0.1, 2.0)
@@ -72,7 +79,9 @@ class ToolError(AgentError, APIError):
     catches a refusal) and an :class:`AgentError` — a handler that lets it
     escape ends its run with the tool call's code, so an unhandled rejection
     reads as one. A platform still unreachable, or answering 5xx, after the
-    retries raises a plain :class:`APIError` (the call may still be running).
+    retries raises a plain :class:`APIError` (the call may still be running);
+    so does a 429 ``rate_limited`` whose wait the caller's timeout does not
+    leave room for (its ``retry_after`` says how long).
     """
 
     def __init__(
@@ -176,7 +185,10 @@ class Tools:
         platform refused it (4xx: ``invalid_args``, ``tool_not_found``…) or
         it ended failed (``rejected``, ``timeout``…). A platform that stays
         unreachable or answers 5xx through every retry raises
-        :class:`APIError`.
+        :class:`APIError`. A 429 ``rate_limited`` is waited out and sent
+        again; one that asks for longer than ``timeout`` leaves raises
+        :class:`APIError` with ``code == "rate_limited"``, ``status == 429``
+        and ``retry_after`` (the call, if it was created, is still pending).
         """
         if not self._client.run_id:
             raise ValueError("tools.invoke needs a run: use req.client, or bind the client to a run")
@@ -263,9 +275,8 @@ class Tools:
         what: str,
     ) -> Dict[str, Any]:
         backoff, cap = self.retry_backoff
-        attempt = 0
+        failures = 0
         while True:
-            attempt += 1
             sock_timeout = server_wait + _SOCKET_SLACK
             if deadline is not None:
                 left = deadline - time.monotonic()
@@ -275,12 +286,24 @@ class Tools:
             try:
                 return self._client._call(method, path, body=body, query=query, timeout=sock_timeout)
             except APIError as e:
+                if e.status == 429:
+                    # Rate limited: the platform did nothing and named the
+                    # wait; not a failure, so not counted. Sent again
+                    # (:invoke with its key, :wait is a read) unless the
+                    # caller's time runs out first: then the rate limit is
+                    # what the caller learns, with its retry_after.
+                    pause, backoff = _rate_limit_pause(e, backoff, cap)
+                    if deadline is not None and time.monotonic() + pause >= deadline:
+                        raise
+                    time.sleep(pause)
+                    continue
+                failures += 1
                 if deadline is not None and _transient(e) and time.monotonic() >= deadline:
                     # No answer because the caller's time ran out (the
                     # socket timeout is cut to the deadline): a timeout,
                     # not a connection failure.
                     raise TimeoutError(f"{what}: timed out") from e
-                if attempt >= self.max_attempts or not _transient(e):
+                if failures >= self.max_attempts or not _transient(e):
                     raise
                 pause = _jitter(backoff / 2, backoff)
                 if deadline is not None and time.monotonic() + pause >= deadline:
@@ -289,15 +312,35 @@ class Tools:
                 backoff = min(backoff * 2, cap)
 
 
+def _rate_limit_pause(e: APIError, backoff: float, cap: float) -> Tuple[float, float]:
+    """How long to wait after the 429 ``e``, and the backoff after that.
+
+    The wait the platform named, never less; up to a quarter more (at most
+    a second), so agents turned away together do not come back together.
+    Without one, the usual jittered, doubling backoff.
+    """
+    if e.retry_after is not None:
+        return e.retry_after + _jitter(0, min(e.retry_after / 4, 1.0)), backoff
+    return _jitter(backoff / 2, backoff), min(backoff * 2, cap)
+
+
 def _transient(e: APIError) -> bool:
     """No answer at all, or a gateway's 502/503/504: worth sending again."""
     return (e.status == 0 and e.code == "connection_error") or e.status in _RETRY_STATUSES
 
 
 def _refused(name: str, tool_call_id: str, e: APIError) -> APIError:
-    """A 4xx answer about a tool call as its :class:`ToolError`; anything else as it is."""
+    """A 4xx answer about a tool call as its :class:`ToolError`; anything else as it is.
+
+    A 429 is no answer about the call (the request was turned away before
+    any work): it stays an :class:`APIError`, saying which call it left
+    pending.
+    """
     if isinstance(e, ToolError) or not 400 <= e.status <= 499:
         return e
+    if e.status == 429:
+        where = f"tool {name}: call {tool_call_id} still pending" if tool_call_id else f"tool {name}"
+        return APIError(e.code, f"{where}: {e.message}", e.status, e.body, retry_after=e.retry_after)
     return ToolError(e.code, e.message, tool_name=name, tool_call_id=tool_call_id, status=e.status, body=e.body)
 
 

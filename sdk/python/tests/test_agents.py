@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 import unittest
 from typing import Any, Dict, List, Tuple
 from unittest import mock
@@ -121,6 +122,23 @@ class AgentsTest(unittest.TestCase):
         p = self.platform({INVOKE: script((0, b""), (503, {"error": {"code": "store_unavailable", "message": "later"}}), stream(ev(1, "run_started"), DONE))})
         self.assertEqual(self.agents(p).invoke("weather", "hi").text(), "Sunny in Paris")
         self.assertEqual(len(p.requests), 3)
+
+    def test_rate_limited_is_retried(self) -> None:
+        # A 429 (the key's token bucket is empty) is not a refusal: the call
+        # is sent again, with its key, after the retry_after_ms the platform
+        # asked for — at the invoke and at a re-attach alike.
+        limited = (429, {"error": {"code": "rate_limited", "message": "agent key over its request rate; retry later", "retry_after": 1, "retry_after_ms": 30}}, {"Retry-After": "1"})
+        p = self.platform({INVOKE: script(limited, limited, stream(ev(1, "run_started"), ev(2, "delta", text="Sunny ")), limited,
+                                          stream(ev(1, "run_started"), ev(2, "delta", text="Sunny "), ev(4, "delta", text="in Paris"), DONE))})
+        start = time.monotonic()
+        call = self.agents(p).invoke("weather", "hi")
+        self.assertEqual(call.text(), "Sunny in Paris")
+        took = time.monotonic() - start
+        self.assertEqual(len(p.requests), 5)
+        self.assertEqual(len({r.body["idempotency_key"] for r in p.requests}), 1, "every attach sends the same key")
+        self.assertEqual(call.attaches, 2)
+        self.assertGreaterEqual(took, 3 * 0.030, "retried before the retry_after_ms the platform asked for")
+        self.assertLess(took, 1.0, "waited the header's whole second instead of retry_after_ms")
 
     def test_gives_up_after_max_attempts(self) -> None:
         p = self.platform({INVOKE: script(stream(ev(1, "run_started")))})

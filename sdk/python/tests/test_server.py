@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
+import io
 import json
 import os
 import socket
+import struct
 import threading
 import time
 import unittest
@@ -416,6 +418,36 @@ class ServerTest(unittest.TestCase):
         self._disconnect_after_first_delta(server)
         self.assertTrue(finished.wait(WAIT), "handler was not woken by the disconnect")
         self.assertEqual(woke, [True])
+
+    def test_client_reset_is_not_a_traceback(self) -> None:
+        # A client that resets its connection mid-request (the platform
+        # cancelling a run, a health checker giving up) is normal operation:
+        # logged at debug level, without socketserver's traceback on stderr.
+        server = self.start(lambda req: "x")
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr), self.assertLogs("agentplane", "DEBUG") as logs:
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            s.sendall(b"POST /invoke HTTP/1.1\r\nHost: x\r\n")
+            time.sleep(0.1)  # the server is reading the headers
+            # SO_LINGER 0: close with a RST, not a FIN.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+            deadline = time.monotonic() + WAIT
+            while time.monotonic() < deadline and not any("ConnectionResetError" in r.getMessage() for r in logs.records):
+                time.sleep(0.01)
+        self.assertEqual(stderr.getvalue(), "")
+        self.assertTrue(any(r.levelname == "DEBUG" and "ConnectionResetError" in r.getMessage() for r in logs.records), [r.getMessage() for r in logs.records])
+
+    def test_other_server_errors_keep_their_traceback(self) -> None:
+        server = self.start(lambda req: "x")
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            try:
+                raise ValueError("a bug in the server")
+            except ValueError:
+                server._httpd.handle_error(None, ("127.0.0.1", 1))
+        self.assertIn("Traceback", stderr.getvalue())
+        self.assertIn("ValueError: a bug in the server", stderr.getvalue())
 
     def test_stop_cancels_inflight_runs(self) -> None:
         started, finished = threading.Event(), threading.Event()

@@ -28,12 +28,19 @@ def err(status: int, code: str) -> Tuple[int, Dict[str, Any]]:
     return status, {"error": {"code": code, "message": code + " happened"}}
 
 
-def script(*replies: Tuple[int, Any]) -> Any:
+def rate_limited(ms: int) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
+    """The platform's 429 (API.md, Rate limits): retry_after_ms in the body, whole seconds in Retry-After."""
+    secs = max(1, (ms + 999) // 1000)
+    body = {"error": {"code": "rate_limited", "message": "agent key over its request rate; retry later", "retry_after": secs, "retry_after_ms": ms}}
+    return 429, body, {"Retry-After": str(secs)}
+
+
+def script(*replies: Tuple[Any, ...]) -> Any:
     """Answer with replies in order, then repeat the last one."""
     lock = threading.Lock()
     n = [0]
 
-    def responder(rec: Recorded) -> Tuple[int, Any]:
+    def responder(rec: Recorded) -> Tuple[Any, ...]:
         with lock:
             r = replies[min(n[0], len(replies) - 1)]
             n[0] += 1
@@ -172,7 +179,8 @@ class ToolsTest(unittest.TestCase):
         # A refusal is a ToolError with the platform's code (issue 8 item 18: invalid_args and
         # tool_not_found were bare APIErrors, which `except ToolError` missed), and still an
         # APIError.
-        for status, code in [(400, "invalid_args"), (403, "forbidden"), (404, "tool_not_found"), (409, "idempotency_conflict"), (429, "rate_limited")]:
+        # (A 429 is not a refusal: see test_rate_limited_is_retried.)
+        for status, code in [(400, "invalid_args"), (403, "forbidden"), (404, "tool_not_found"), (409, "idempotency_conflict")]:
             with self.subTest(code=code):
                 p = self.platform({INVOKE: script(err(status, code))})
                 with self.assertRaises(agentplane.ToolError) as cm:
@@ -187,6 +195,62 @@ class ToolsTest(unittest.TestCase):
             self.tools(p).invoke("demo.weather", {})
         self.assertEqual((cm.exception.code, cm.exception.tool_call_id), ("not_found", "tc_1"))
         self.assertEqual(len(self.to(p, WAIT)), 1)
+
+    def test_rate_limited_is_retried(self) -> None:
+        # A 429 (the key's token bucket is empty) is no answer about the
+        # call: the platform did no work and says when to come back. The
+        # invoke is sent again with its key, the :wait again, after the
+        # body's retry_after_ms (not the header's whole seconds), and more
+        # often than MAX_ATTEMPTS: the limit is not a failure.
+        n = tools_mod.MAX_ATTEMPTS + 1
+        p = self.platform(
+            {
+                INVOKE: script(*[rate_limited(40)] * n, view("pending", "WAITING_APPROVAL")),
+                WAIT: script(rate_limited(40), view("succeeded", "SUCCEEDED", result=7)),
+            }
+        )
+        start = time.monotonic()
+        self.assertEqual(self.tools(p).invoke("demo.weather", {}, timeout=30), 7)
+        took = time.monotonic() - start
+        invokes = self.to(p, INVOKE)
+        self.assertEqual(len(invokes), n + 1)
+        self.assertEqual(len({r.body["idempotency_key"] for r in invokes}), 1, "a retry must reuse the key")
+        self.assertEqual(len(self.to(p, WAIT)), 2)
+        self.assertGreaterEqual(took, (n + 1) * 0.040, "retried before the retry_after_ms the platform asked for")
+        self.assertLess(took, 1.0, "waited the header's whole second instead of retry_after_ms")
+
+    def test_rate_limited_header_and_backoff(self) -> None:
+        # Without retry_after_ms the Retry-After header (seconds) says how
+        # long; without either, the usual backoff.
+        p = self.platform({INVOKE: script((429, {"error": {"code": "rate_limited", "message": "slow down"}}, {"Retry-After": "1"}), view("succeeded", "SUCCEEDED", result=1))})
+        start = time.monotonic()
+        self.assertEqual(self.tools(p).invoke("demo.weather", {}), 1)
+        self.assertGreaterEqual(time.monotonic() - start, 1.0)
+        p = self.platform({INVOKE: script((429, b"too many requests", {"Content-Type": "text/plain"}), view("succeeded", "SUCCEEDED", result=2))})
+        self.assertEqual(self.tools(p).invoke("demo.weather", {}), 2)
+        self.assertEqual(len(p.requests), 2)
+
+    def test_rate_limited_past_the_deadline(self) -> None:
+        # A 429 asking for longer than the caller's timeout leaves ends the
+        # call at once with the rate limit — an APIError carrying
+        # retry_after, not a ToolError: the call is still pending.
+        p = self.platform({INVOKE: script(view("pending", "WAITING_CLIENT")), WAIT: script(rate_limited(5000))})
+        start = time.monotonic()
+        with self.assertRaises(agentplane.APIError) as cm:
+            self.tools(p).invoke("demo.weather", {}, timeout=0.5)
+        self.assertLess(time.monotonic() - start, 1.0)
+        e = cm.exception
+        self.assertNotIsInstance(e, agentplane.ToolError, "the call did not fail: it is still pending")
+        self.assertEqual((e.status, e.code, e.retry_after), (429, "rate_limited", 5.0))
+        self.assertIn("tc_1", str(e))
+        self.assertIn("pending", str(e))
+        self.assertEqual(len(self.to(p, WAIT)), 1)
+        # Refused at the invoke itself: the same, without a call id.
+        p = self.platform({INVOKE: script(rate_limited(5000))})
+        with self.assertRaises(agentplane.APIError) as cm:
+            self.tools(p).invoke("demo.weather", {}, timeout=0.5)
+        self.assertNotIsInstance(cm.exception, agentplane.ToolError)
+        self.assertEqual((cm.exception.status, cm.exception.code, cm.exception.retry_after), (429, "rate_limited", 5.0))
 
     def test_timeout_stops_the_loop(self) -> None:
         p = self.platform({INVOKE: script(view("pending", "WAITING_APPROVAL")), WAIT: script(view("pending", "WAITING_APPROVAL"))})
