@@ -106,11 +106,12 @@ func New(opts Options) *Server {
 	s.v1 = a2asrv.NewJSONRPCHandler(h, a2asrv.WithTransportKeepAlive(keepAlive))
 	s.v03 = a2av0.NewJSONRPCHandler(h, a2asrv.WithTransportKeepAlive(keepAlive))
 	// The v0.3 producer serves the union of the v1.0 and v0.3 card shapes,
-	// so clients of either version read it.
-	s.card = a2asrv.NewAgentCardHandler(a2av0.NewAgentCardProducer(a2asrv.AgentCardProducerFn(func(ctx context.Context) (*a2a.AgentCard, error) {
+	// so clients of either version read it (unionCard mends its v1.0
+	// security schemes).
+	s.card = a2asrv.NewAgentCardHandler(unionCard{a2av0.NewAgentCardProducer(a2asrv.AgentCardProducerFn(func(ctx context.Context) (*a2a.AgentCard, error) {
 		c := callFrom(ctx)
 		return Card(c.base, c.agent), nil
-	})))
+	}))})
 	return s
 }
 

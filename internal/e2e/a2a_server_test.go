@@ -40,9 +40,18 @@ func a2aDial(t *testing.T, s *server, agentID, key string, v03 bool) (*a2aclient
 	t.Helper()
 	ctx := ctxTimeout(t, 30*time.Second)
 	hc := &http.Client{}
-	card, err := (&agentcard.Resolver{Client: hc, CardParser: a2av0.NewAgentCardParser()}).Resolve(ctx, s.URL+"/a2a/"+agentID)
+	// A v1.0 client reads the card with a2a-go's default parser, a v0.3
+	// one with the compat parser: the card is both.
+	resolver := &agentcard.Resolver{Client: hc}
+	if v03 {
+		resolver.CardParser = a2av0.NewAgentCardParser()
+	}
+	card, err := resolver.Resolve(ctx, s.URL+"/a2a/"+agentID)
 	if err != nil {
-		t.Fatalf("resolve the card of %s: %v", agentID, err)
+		t.Fatalf("resolve the card of %s (v0.3 %v): %v", agentID, v03, err)
+	}
+	if sc, ok := card.SecuritySchemes["agentplaneUserKey"].(a2a.HTTPAuthSecurityScheme); !ok || !strings.EqualFold(sc.Scheme, "bearer") {
+		t.Fatalf("the card's security schemes (v0.3 %v): %#v", v03, card.SecuritySchemes)
 	}
 	opts := []a2aclient.FactoryOption{
 		a2aclient.WithCompatTransport(a2av0.Version, a2a.TransportProtocolJSONRPC, a2av0.NewJSONRPCTransportFactory(a2av0.JSONRPCTransportConfig{Client: hc})),
