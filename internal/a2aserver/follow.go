@@ -48,6 +48,17 @@ func (s *Server) followOn(t *task, sub *eventlog.Subscription, check bool, relea
 		tree: map[string]bool{root.RunID: true}, chunked: map[string]bool{}, release: release, check: check}
 }
 
+// continueFrom makes the follower's chunks append to the artifacts snap
+// (sent to the client first) already holds: a follower that starts from
+// the session's end as it was — a resubscription, an answer's stream —
+// sends only what comes after, and its first chunk of a run whose output
+// began before must not replace that output (A2A: append false replaces).
+func (f *follower) continueFrom(snap *a2a.Task) {
+	for _, a := range snap.Artifacts {
+		f.chunked[string(a.ID)] = true
+	}
+}
+
 // end marks the root's end (done, or asking for input) as the follower's
 // last event.
 func (f *follower) end() {

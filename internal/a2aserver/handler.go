@@ -80,8 +80,10 @@ func (h *handler) SendStreamingMessage(ctx context.Context, req *a2a.SendMessage
 		}
 		if f != nil && f.check {
 			// Answered: the task works again until the follower says
-			// otherwise.
+			// otherwise, and the follower goes on from the snapshot's
+			// artifacts (it follows from the session's end as it was).
 			snap.Status = a2a.TaskStatus{State: a2a.TaskStateWorking, Timestamp: snap.Status.Timestamp}
+			f.continueFrom(snap)
 		}
 		if !yield(snap, nil) || f == nil {
 			return
@@ -176,6 +178,7 @@ func (h *handler) SubscribeToTask(ctx context.Context, req *a2a.SubscribeToTaskR
 		if !yield(snap, nil) || f == nil || snap.Status.State != a2a.TaskStateWorking {
 			return
 		}
+		f.continueFrom(snap)
 		h.s.stream(ctx, f, yield)
 	}
 }

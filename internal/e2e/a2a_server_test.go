@@ -343,6 +343,42 @@ func TestA2AServer(t *testing.T) {
 				if _, err := bobc.CancelTask(ctx, &a2a.CancelTaskRequest{ID: taskID}); !errors.Is(err, a2a.ErrTaskNotFound) {
 					t.Errorf("bob's cancel: %v", err)
 				}
+
+				// A resubscription sends the task as it is, then chunks that
+				// append to its artifact: the first must not replace the
+				// output the snapshot already holds (A2A: append false
+				// replaces).
+				var resub a2a.TaskID
+				collectStream(t, slowc.SendStreamingMessage(ctx, userMsg("go")), func(ev a2a.Event) bool {
+					if tk, ok := ev.(*a2a.Task); ok {
+						resub = tk.ID
+					}
+					_, chunk := ev.(*a2a.TaskArtifactUpdateEvent)
+					return chunk
+				})
+				var kinds []string
+				snapText := ""
+				for ev, err := range slowc.SubscribeToTask(ctx, &a2a.SubscribeToTaskRequest{ID: resub}) {
+					if err != nil {
+						t.Fatalf("resubscribe: %v (after %v)", err, kinds)
+					}
+					switch e := ev.(type) {
+					case *a2a.Task:
+						snapText = artifactText(e)
+						kinds = append(kinds, "task")
+					case *a2a.TaskArtifactUpdateEvent:
+						kinds = append(kinds, fmt.Sprintf("append=%v", e.Append))
+					}
+					if len(kinds) == 3 {
+						break
+					}
+				}
+				if strings.Join(kinds, ",") != "task,append=true,append=true" || snapText == "" {
+					t.Errorf("resubscription %v (snapshot %q), want the task with its output so far, then appended chunks", kinds, snapText)
+				}
+				if _, err := slowc.CancelTask(ctx, &a2a.CancelTaskRequest{ID: resub}); err != nil {
+					t.Errorf("cancel the resubscribed task: %v", err)
+				}
 			})
 		}
 		s.checkRaces()
