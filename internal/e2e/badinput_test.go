@@ -70,6 +70,8 @@ func TestWebSocketBadInputKeepsTheConnection(t *testing.T) {
 		{name: "cancel unknown run", msg: map[string]any{"type": "cancel_run", "request_id": "q9", "run_id": "run_nope"}, code: "run_not_found", request: "q9"},
 		{name: "second hello", msg: map[string]any{"type": "hello", "user_id": "alice", "api_key": "alice-key"}, code: "invalid_message"},
 		{name: "oversized frame", raw: `{"type":"agent_invoke","pad":"` + strings.Repeat("x", 8000) + `"}`, code: "message_too_large"},
+		// Its request_id is named when it comes before the bulk.
+		{name: "oversized frame with its request_id", raw: `{"type":"agent_invoke","request_id":"q10","message":{"role":"user","content":"` + strings.Repeat("x", 8000) + `"}}`, code: "message_too_large", request: "q10"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -112,7 +112,7 @@ func (c *conn) serve() {
 				c.closeWith(websocket.CloseMessageTooBig, "message too large")
 				return
 			}
-			c.send(errorReply("", "message_too_large", "messages are limited to "+respond.Size(int64(max))))
+			c.send(errorReply(requestIDOfPrefix(data), "message_too_large", "messages are limited to "+respond.Size(int64(max))))
 			continue
 		}
 		if mt != websocket.TextMessage {

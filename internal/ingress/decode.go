@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"time"
@@ -130,6 +131,33 @@ func requestIDOf(data []byte) string {
 		return ""
 	}
 	return id
+}
+
+// requestIDOfPrefix finds the top-level request_id of a message cut short
+// (the first bytes of one over the size limit), reading its fields in
+// order until one is request_id or they run out: a message_too_large reply
+// names the request it refuses when its request_id came before the bulk.
+func requestIDOfPrefix(data []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return ""
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if tok == "request_id" {
+			v, _ := dec.Token()
+			id, _ := v.(string)
+			return id
+		}
+		var skipped json.RawMessage
+		if err := dec.Decode(&skipped); err != nil {
+			return ""
+		}
+	}
+	return ""
 }
 
 // clientTS is a client message's ts: any JSON number, or null, and nothing

@@ -235,3 +235,21 @@ func TestFractionalTSAndRequestIDOverWebSocket(t *testing.T) {
 		t.Fatalf("subscribe with a string after_seq: %v, want invalid_json for r2", m)
 	}
 }
+
+// A message cut at the size limit still names its request, when its
+// request_id came before the bulk.
+func TestRequestIDOfPrefix(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"type":"agent_invoke","request_id":"r1","message":{"content":"xxxx`: "r1",
+		`{"request_id":"r2","type":"x"`:                                       "r2",
+		`{"message":{"request_id":"inner"},"request_id":"r3","pad":"xx`:       "r3",
+		`{"message":{"content":"xxxxxxxxxx`:                                   "",
+		`{"request_id":5,"x":"`:                                               "",
+		`[{"request_id":"r4"}`:                                                "",
+		`xx`:                                                                  "",
+	} {
+		if got := requestIDOfPrefix([]byte(in)); got != want {
+			t.Errorf("%s: %q, want %q", in, got, want)
+		}
+	}
+}
