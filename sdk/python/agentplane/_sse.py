@@ -20,4 +20,10 @@ def encode_event(event: str, data: Any) -> bytes:
     # json.dumps never emits a raw newline without indent, so the payload is
     # always a single data: line.
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return b"event: " + event.encode("ascii") + b"\ndata: " + payload.encode("utf-8") + b"\n\n"
+    try:
+        raw = payload.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate ("\ud800", e.g. text echoed from a JSON input)
+        # has no UTF-8 form: written as a \u escape it is still valid JSON.
+        raw = json.dumps(data, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
+    return b"event: " + event.encode("ascii") + b"\ndata: " + raw + b"\n\n"

@@ -602,3 +602,16 @@ class ServerTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class EncodeEventTest(unittest.TestCase):
+    def test_lone_surrogate_is_escaped_not_an_error(self) -> None:
+        # Text echoed from JSON input may hold a lone surrogate, which has
+        # no UTF-8 form; the event carries it as a \u escape.
+        from agentplane._sse import encode_event
+
+        raw = encode_event("delta", {"text": "a\ud800b é"})
+        data = raw.split(b"data: ", 1)[1].strip()
+        self.assertEqual(json.loads(data.decode("ascii")), {"text": "a\ud800b é"})
+        # Ordinary text stays UTF-8, unescaped.
+        self.assertIn("é".encode("utf-8"), encode_event("delta", {"text": "é"}))
