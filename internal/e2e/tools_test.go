@@ -1803,6 +1803,16 @@ func TestToolRegistryOverHTTP(t *testing.T) {
 		if code != http.StatusOK || body["tool_name"] != "srv.echo" || num(body, "timeout_ms") != 60000 || num(body, "approval_timeout_ms") != 600000 || body["on_failure"] != "fail_run" {
 			t.Fatalf("replace: %d %v (want the defaults filled in)", code, body)
 		}
+		// What GET answers can be edited and PUT back (its timestamps are
+		// ignored).
+		code, got := s.call("GET", "/v1/tools/srv.echo", adminKey, nil)
+		got["description"] = "Echoes x, edited."
+		if code, body := s.call("PUT", "/v1/tools/srv.echo", adminKey, got); code != http.StatusOK || body["description"] != "Echoes x, edited." || num(body, "created_at") != num(got, "created_at") {
+			t.Fatalf("GET %d %v put back: %d %v", code, got, code, body)
+		}
+		if code, body := s.call("PUT", "/v1/tools/srv.echo", adminKey, good); code != http.StatusOK {
+			t.Fatalf("restore: %d %v", code, body)
+		}
 		putTool(t, s, "ui.confirm", map[string]any{"kind": "client", "description": "Asks the user.", "agents": []any{"lister"}})
 		putTool(t, s, "secret.tool", map[string]any{"kind": "client", "description": "Not for lister.", "agents": []any{"someone-else"}})
 		if code, body := s.call("GET", "/v1/tools", adminKey, nil); code != http.StatusOK || len(body["tools"].([]any)) != 3 {

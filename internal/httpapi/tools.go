@@ -12,6 +12,15 @@ import (
 	"github.com/agentplane/agentplane/internal/toolsvc"
 )
 
+// toolPutBody is a definition as PUT takes it. The timestamps GET adds
+// are accepted and ignored, so a definition read back (GET, or `tools list
+// --json`) can be edited and PUT again.
+type toolPutBody struct {
+	tool.Definition
+	CreatedAt json.RawMessage `json:"created_at"`
+	UpdatedAt json.RawMessage `json:"updated_at"`
+}
+
 // toolPut registers or replaces a tool (admin). Unknown fields are refused
 // so that a misspelt "polcy" cannot silently leave a tool open.
 func (a *API) toolPut(w http.ResponseWriter, r *http.Request) {
@@ -19,11 +28,12 @@ func (a *API) toolPut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PathValue("tool_name")
-	var d tool.Definition
-	if err := respond.DecodeJSONStrict(w, r, maxBody, &d); err != nil {
+	var body toolPutBody
+	if err := respond.DecodeJSONStrict(w, r, maxBody, &body); err != nil {
 		respond.Err(w, r, err)
 		return
 	}
+	d := body.Definition
 	if d.Name != "" && d.Name != name {
 		respond.Err(w, r, respond.E(http.StatusBadRequest, "invalid_tool", "tool_name in the body ("+d.Name+") differs from the path ("+name+")"))
 		return
