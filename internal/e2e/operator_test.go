@@ -151,6 +151,9 @@ func TestOperatorListings(t *testing.T) {
 		if sv(runs[0], "agent_id") != "echo" || sv(runs[0], "status") != "DONE" || sv(runs[0], "session_id") != sa1 {
 			t.Fatalf("run row %v", runs[0])
 		}
+		if _, ok := runs[0]["usage"].(map[string]any); !ok {
+			t.Fatalf("run row %v: usage is not an object", runs[0])
+		}
 		for path, want := range map[string][]string{
 			"/v1/runs?agent_id=echo2":              {ra2},
 			"/v1/runs?user_id=bob":                 {rb1},

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 
@@ -91,5 +92,19 @@ func (a *API) runList(w http.ResponseWriter, r *http.Request) {
 		last := runs[limit-1]
 		next = encodeCursor(list, last.StartedAt, last.RunID)
 	}
-	respond.JSON(w, http.StatusOK, map[string]any{"runs": runs, "next_cursor": next})
+	// Each as GET /v1/runs/{id} shows it, but for its children and total
+	// usage (a tree per row; GET /v1/runs/{id}/tree has them).
+	items := make([]listedRun, len(runs))
+	for i, rn := range runs {
+		n := normalizeRun(rn)
+		items[i] = listedRun{Run: n, Usage: usageOrEmpty(n.Usage)}
+	}
+	respond.JSON(w, http.StatusOK, map[string]any{"runs": items, "next_cursor": next})
+}
+
+// listedRun is a run as GET /v1/runs lists it: usage is always an object
+// ({} until the run reports some), as in GET /v1/runs/{id}.
+type listedRun struct {
+	*store.Run
+	Usage json.RawMessage `json:"usage"`
 }
