@@ -33,6 +33,17 @@ func TestRegistrationAuthAndSSRF(t *testing.T) {
 		if code, _ := s.call("GET", "/v1/agents", "", nil); code != http.StatusUnauthorized {
 			t.Fatalf("list agents without key: %d", code)
 		}
+		// Agent ids another agent could not call as call_<agent_id> are
+		// refused; the rest of the alphabet is taken.
+		for id, want := range map[string]int{"x__y": 400, "x_.y": 400, "x--y": 400, strings.Repeat("a", 60): 400, "x.y": 201, "x_y-z": 201, "../x": 400} {
+			code, body := s.call("POST", "/v1/agents/register", adminKey, map[string]any{"agent_id": id, "endpoint": ag.URL})
+			if code != want || (want == 400 && errCode(body) != "invalid_agent_id") {
+				t.Errorf("register %q: %d %v, want %d", id, code, body, want)
+			}
+			if want == 201 {
+				s.call("DELETE", "/v1/agents/"+id, adminKey, nil)
+			}
+		}
 		// Seed 001's header for the admin key is accepted too.
 		req, _ := http.NewRequest("GET", s.URL+"/v1/agents", nil)
 		req.Header.Set("x-admin-key", adminKey)

@@ -17,6 +17,7 @@ import (
 	"github.com/agentplane/agentplane/internal/ids"
 	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/store"
+	"github.com/agentplane/agentplane/internal/tool"
 )
 
 var agentIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$`)
@@ -83,6 +84,11 @@ func (a *API) agentRegister(w http.ResponseWriter, r *http.Request) {
 func (a *API) Register(ctx context.Context, req *RegisterRequest) (*RegisterResponse, error) {
 	if !agentIDPattern.MatchString(req.AgentID) {
 		return nil, respond.E(http.StatusBadRequest, "invalid_agent_id", "agent_id must be 1-64 letters, digits, '_', '-', '.'")
+	}
+	if err := tool.CheckAgentID(req.AgentID); err != nil {
+		// Another agent calls it as the tool call_<agent_id>: a name that
+		// could not be offered or called would leave it direct-form only.
+		return nil, respond.E(http.StatusBadRequest, "invalid_agent_id", "agent_id must not contain \"__\", \"_.\" or \"--\", and call_<agent_id> must fit an OpenAI function name (64 characters, each '.' counting two)")
 	}
 	u, err := a.Allow.ValidateEndpoint(ctx, req.Endpoint)
 	if err != nil {

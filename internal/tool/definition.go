@@ -300,6 +300,15 @@ func Compile(d Definition) (*Tool, error) {
 	return &Tool{Def: d, schema: schema, rules: rules}, nil
 }
 
+// CheckAgentID reports whether an agent id makes a valid call_<agent_id>
+// tool name: its OpenAI function name must fit and map back to it, so an
+// id with "__", "_." or "--" (or too long once "call_" and the "." → "__"
+// spelling are added) could be called in the direct form only.
+// Registration refuses such ids.
+func CheckAgentID(agentID string) error {
+	return checkName(AgentToolPrefix+agentID, KindAgent)
+}
+
 // checkName enforces the name pattern and that the OpenAI function name
 // derived from it is valid and maps back to it (see FunctionName). MCP
 // tools, and only they, are named "{server}@{tool}".

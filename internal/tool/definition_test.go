@@ -298,3 +298,17 @@ func TestCompileAgentTool(t *testing.T) {
 		}
 	}
 }
+
+// An agent id is refused at registration when its call_<agent_id> tool
+// could not be offered or called.
+func TestCheckAgentID(t *testing.T) {
+	for id, ok := range map[string]bool{
+		"weather": true, "team.weather": true, "a_b": true, "a-b": true, "a.b.c": true,
+		strings.Repeat("a", 59): true, strings.Repeat("a", 60): false,
+		"x__y": false, "x_.y": false, "x--y": false,
+	} {
+		if err := tool.CheckAgentID(id); (err == nil) != ok {
+			t.Errorf("CheckAgentID(%q) = %v, want ok %v", id, err, ok)
+		}
+	}
+}
