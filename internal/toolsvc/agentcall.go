@@ -98,6 +98,11 @@ func (s *Service) agentTool(ctx context.Context, name string) (*tool.Tool, error
 	}
 	t, err := tool.Compile(d)
 	if err != nil {
+		if tool.CheckAgentID(ag.AgentID) != nil {
+			// An agent registered before such ids were refused: it has no
+			// tool form (the direct form still reaches it).
+			return nil, ErrToolNotFound
+		}
 		return nil, fmt.Errorf("tool %s: %w", name, err)
 	}
 	s.agentTools.mu.Lock()
