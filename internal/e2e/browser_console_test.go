@@ -434,4 +434,16 @@ func TestBrowserConsoleRegistryPages(t *testing.T) {
 	if got := evalIn[string](p, `document.querySelector('[data-testid="usage"] tr.total').textContent`); !strings.Contains(got, "total") {
 		t.Fatalf("the total row says %q", got)
 	}
+	// Nothing stray beside the table, and one body per grid.
+	if got := evalIn[string](p, `document.querySelector('[data-testid="usage"]').parentElement.textContent`); strings.Contains(got, "null") {
+		t.Fatalf("the usage page reads %q", got)
+	}
+	if n := evalIn[float64](p, `document.querySelectorAll('table.grid tbody tbody').length`); n != 0 {
+		t.Fatalf("%v nested tbody elements", n)
+	}
+	p.do("tools", chromedp.Click(`#nav a[data-page="tools"]`))
+	p.waitFor("the tools grid", `document.querySelector('[data-testid="tools"] tbody tr') !== null`)
+	if n := evalIn[float64](p, `document.querySelectorAll('table.grid tbody tbody').length`); n != 0 {
+		t.Fatalf("%v nested tbody elements on the tools page", n)
+	}
 }

@@ -6,10 +6,13 @@
 
   var el = AP.el;
 
+  // table builds a grid; rows are <tr>s, or a <tbody> the caller fills later
+  // (used as it is, not wrapped in another).
   function table(headers, rows, attrs) {
+    var body = rows && rows.tagName === 'TBODY' ? rows : el('tbody', {}, rows);
     return el('table', Object.assign({ class: 'grid' }, attrs || {}),
       el('thead', {}, el('tr', {}, headers.map(function (h) { return el('th', { text: h }); }))),
-      el('tbody', {}, rows));
+      body);
   }
 
   function td(v, attrs) {
@@ -353,12 +356,14 @@
           return el('tr', { dataset: { key: r.key } }, td(label), td(AP.fmtInt(r.llm_calls)), td(AP.fmtInt(r.prompt_tokens)), td(AP.fmtInt(r.cached_tokens)),
             td(AP.fmtInt(r.completion_tokens)), td(AP.fmtInt(r.reasoning_tokens)), td(AP.fmtInt(r.total_tokens)), td(AP.fmtCost(r.estimated_cost)));
         }
-        var body = el('tbody', {}, rows.map(function (r) { return line(r, r.key || '(none)'); }));
+        var lines = rows.map(function (r) { return line(r, r.key || '(none)'); });
         var tot = line(b.total, 'total');
         tot.className = 'total';
-        body.appendChild(tot);
-        box.replaceChildren(table([b.group_by, 'LLM calls', 'prompt', 'cached', 'completion', 'reasoning', 'tokens', 'estimated cost'], body, { 'data-testid': 'usage' }),
-          rows.length ? null : el('p', { class: 'muted', text: 'No LLM calls in this period.' }));
+        lines.push(tot);
+        var parts = [table([b.group_by, 'LLM calls', 'prompt', 'cached', 'completion', 'reasoning', 'tokens', 'estimated cost'], lines, { 'data-testid': 'usage' })];
+        // replaceChildren writes a null as the text "null": add the note only when there is one.
+        if (!rows.length) parts.push(el('p', { class: 'muted', text: 'No LLM calls in this period.' }));
+        box.replaceChildren.apply(box, parts);
       }, function (err) { box.replaceChildren(errorLine(err)); });
     }
     form.addEventListener('submit', show);
