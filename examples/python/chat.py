@@ -144,8 +144,9 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def chat_once(ws: WebSocket, incoming: Iterator[Any], agent: str, text: str, session_id: Optional[str]) -> Optional[str]:
-    """Send one message and print the reply as it streams; returns the session id."""
+def chat_once(ws: WebSocket, incoming: Iterator[Any], agent: str, text: str, session_id: Optional[str]) -> Tuple[Optional[str], bool]:
+    """Send one message and print the reply as it streams; returns the session
+    id, and whether the message was answered (not refused, the run not failed)."""
     request_id = "req_" + uuid.uuid4().hex[:12]
     msg: Dict[str, Any] = {"type": "agent_invoke", "ts": _now_ms(), "request_id": request_id, "agent_id": agent, "message": {"role": "user", "content": text}}
     if session_id:
@@ -156,7 +157,7 @@ def chat_once(ws: WebSocket, incoming: Iterator[Any], agent: str, text: str, ses
         t = m.get("type")
         if m.get("request_id") == request_id and t == "error" and not m.get("seq"):
             print(f"! {m.get('code')}: {m.get('message')}")  # refused before a run started
-            return session_id
+            return session_id, False
         if t == "run_started" and (m.get("request_id") == request_id or run_id is None):
             run_id = m.get("run_id")
             session_id = m.get("session_id") or session_id
@@ -171,18 +172,18 @@ def chat_once(ws: WebSocket, incoming: Iterator[Any], agent: str, text: str, ses
             # Only the platform's states are the run's; an agent may name its own anything.
             if m.get("source") == "platform" and m.get("state") == "CANCELLED":
                 print()
-                return session_id
+                return session_id, False
         elif t == "done":
             print(f"\n  (done, usage {json.dumps(m.get('usage') or {})})")
-            return session_id
+            return session_id, True
         elif t == "error":
             print(f"\n! {m.get('code')}: {m.get('message')}")
-            return session_id
+            return session_id, False
         elif t == "input_required":
             # The agent asks the user: the run is over, and the session's
             # next message (the next line typed) answers it.
             print(f"\n? {m.get('question')}")
-            return session_id
+            return session_id, True
         elif t in ("tool_request", "approval_required"):
             print(f"\n  ({t}: {json.dumps(m)})")
     raise ConnectionError("server closed the connection")
@@ -208,11 +209,13 @@ def main() -> int:
             return 1
         session = args.session
         lines = args.message or _stdin_lines()
+        failed = 0
         for text in lines:
-            session = chat_once(ws, incoming, args.agent, text, session)
+            session, ok = chat_once(ws, incoming, args.agent, text, session)
+            failed += 0 if ok else 1
         if session:
             print(f"(session {session})", file=sys.stderr)
-        return 0
+        return 1 if failed else 0  # a refusal or a failed run is worth a non-zero exit
     except (ConnectionError, StopIteration) as e:
         print(f"! connection lost: {e}", file=sys.stderr)
         return 1

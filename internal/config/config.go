@@ -157,7 +157,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	fs.IntVar(&c.MaxTranscriptBytes, "max-transcript-bytes", envInt("AGENTPLANE_MAX_TRANSCRIPT_BYTES", 1<<20), "bytes of transcript content sent to an agent in messages[], newest first (AGENTPLANE_MAX_TRANSCRIPT_BYTES)")
 	fs.IntVar(&c.MaxConnections, "max-connections", envInt("AGENTPLANE_MAX_CONNECTIONS", 10000), "open connections at most, HTTP and WebSocket; 0 = no cap (AGENTPLANE_MAX_CONNECTIONS)")
 	fs.IntVar(&c.MaxUnauthenticatedConnections, "max-unauthenticated-connections", envInt("AGENTPLANE_MAX_UNAUTHENTICATED_CONNECTIONS", 1000), "connections that have not presented a valid key yet; over it the oldest is closed; 0 = no cap (AGENTPLANE_MAX_UNAUTHENTICATED_CONNECTIONS)")
-	fs.IntVar(&c.MaxWSPerUser, "max-ws-per-user", envInt("AGENTPLANE_MAX_WS_PER_USER", 64), "WebSocket connections one user key may hold open on this process; 0 = no cap (AGENTPLANE_MAX_WS_PER_USER)")
+	fs.IntVar(&c.MaxWSPerUser, "max-ws-per-user", envInt("AGENTPLANE_MAX_WS_PER_USER", 64), "WebSocket connections one user may hold open (on PostgreSQL across the replicas sharing the database); 0 = no cap (AGENTPLANE_MAX_WS_PER_USER)")
 	fs.DurationVar(&c.BodyReadTimeout, "body-read-timeout", 30*time.Second, "time a client has to send a request body (streams are not cut)")
 	fs.DurationVar(&c.WSHelloTimeout, "ws-hello-timeout", 10*time.Second, "time a WebSocket client has to say a valid hello")
 	fs.IntVar(&c.MaxCallDepth, "max-call-depth", envInt("AGENTPLANE_MAX_CALL_DEPTH", 0), "deepest child run an agent-to-agent call may start; 0 = unlimited (AGENTPLANE_MAX_CALL_DEPTH)")
