@@ -261,9 +261,19 @@ var doneMarker = []byte("[DONE]")
 // last event: "data: [DONE]" for chat, the usage-carrying
 // response.completed (or .incomplete/.failed) for the Responses API.
 func (c *call) inspect(ev []byte) bool {
+	if !c.ep.chat {
+		// The Responses API: only its terminal event ends the stream and
+		// carries the call's usage. Another event may hold a "usage" key
+		// too — a tool's parameter schema echoed in response.created —
+		// which must not pass for the end of a stream cut after it.
+		if !responsesTerminal(ev) {
+			return false
+		}
+		c.sawEnd = true
+	}
 	u := findUsageObject(ev)
 	if !u.ok() {
-		if len(ev) <= 32 && bytes.Contains(ev, doneMarker) {
+		if c.ep.chat && len(ev) <= 32 && bytes.Contains(ev, doneMarker) {
 			c.sawEnd = true
 		}
 		return false
@@ -271,10 +281,60 @@ func (c *call) inspect(ev []byte) bool {
 	if us, ok := parseUsage(ev[u.start:u.end]); ok {
 		c.usage, c.haveUsage = us, true
 	}
-	if !c.ep.chat {
-		c.sawEnd = true
-	}
 	return c.strip && hasEmptyChoices(ev)
+}
+
+// responsesTerminal reports whether an SSE event of the Responses API is
+// the stream's last: response.completed, .incomplete or .failed, named by
+// its "event:" line or, where an upstream sends none, by the "type" its
+// data starts with.
+func responsesTerminal(ev []byte) bool {
+	typ := sseEventName(ev)
+	if typ == nil {
+		typ = leadingType(ev)
+	}
+	switch string(typ) {
+	case "response.completed", "response.incomplete", "response.failed":
+		return true
+	}
+	return false
+}
+
+var (
+	eventPrefix = []byte("event:")
+	dataPrefix  = []byte("data:")
+	typePrefix  = []byte(`{"type":"`)
+)
+
+// sseEventName is the value of ev's "event:" line, or nil.
+func sseEventName(ev []byte) []byte {
+	for line := range bytes.Lines(ev) {
+		if v, ok := bytes.CutPrefix(line, eventPrefix); ok {
+			return bytes.TrimSpace(v)
+		}
+	}
+	return nil
+}
+
+// leadingType is the "type" value a data line's JSON object starts with
+// (the OpenAI wire format writes it first), or nil.
+func leadingType(ev []byte) []byte {
+	for line := range bytes.Lines(ev) {
+		v, ok := bytes.CutPrefix(line, dataPrefix)
+		if !ok {
+			continue
+		}
+		v = bytes.TrimSpace(v)
+		if !bytes.HasPrefix(v, typePrefix) {
+			return nil
+		}
+		v = v[len(typePrefix):]
+		if i := bytes.IndexByte(v, '"'); i >= 0 {
+			return v[:i]
+		}
+		return nil
+	}
+	return nil
 }
 
 // eventEnd returns the length of the first complete SSE event in b

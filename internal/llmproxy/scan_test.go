@@ -236,7 +236,7 @@ func BenchmarkInspectAndRewrite(b *testing.B) {
 
 func BenchmarkInspectChunk(b *testing.B) {
 	chunk := []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o","service_tier":"default","system_fingerprint":"fp","choices":[{"index":0,"delta":{"content":" word"},"logprobs":null,"finish_reason":null}],"usage":null}` + "\n\n")
-	c := &call{strip: true}
+	c := &call{strip: true, ep: epChat}
 	b.SetBytes(int64(len(chunk)))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -274,5 +274,32 @@ func BenchmarkIsEventStream(b *testing.B) {
 				isEventStream(h)
 			}
 		})
+	}
+}
+
+// A Responses stream ends only at its terminal event: a "usage" key in an
+// earlier one (a tool's parameter schema echoed in response.created) must
+// not pass for the end, or a stream cut after it reads as complete and is
+// recorded ok. Events with and without their "event:" line.
+func TestResponsesStreamEndsAtItsTerminalEvent(t *testing.T) {
+	created := `{"type":"response.created","response":{"tools":[{"type":"function","name":"f","parameters":{"type":"object","properties":{"usage":{"type":"object","properties":{}}}}}]}}`
+	completed := `{"type":"response.completed","response":{"usage":{"input_tokens":10,"output_tokens":7,"total_tokens":17}}}`
+	for _, named := range []bool{true, false} {
+		ev := func(typ, data string) []byte {
+			if named {
+				return []byte("event: " + typ + "\ndata: " + data + "\n\n")
+			}
+			return []byte("data: " + data + "\n\n")
+		}
+		c := &call{ep: epResponses}
+		c.inspect(ev("response.created", created))
+		c.inspect(ev("response.in_progress", `{"type":"response.in_progress"}`))
+		if c.sawEnd || c.haveUsage {
+			t.Fatalf("named %v: end %v, usage %v after response.created with a \"usage\" parameter", named, c.sawEnd, c.haveUsage)
+		}
+		c.inspect(ev("response.completed", completed))
+		if !c.sawEnd || !c.haveUsage || c.usage.TotalTokens != 17 {
+			t.Fatalf("named %v: end %v, usage %+v after response.completed", named, c.sawEnd, c.usage)
+		}
 	}
 }
