@@ -285,8 +285,9 @@ func TestLLMProxyRefusesEndedRuns(t *testing.T) {
 				t.Fatalf("run ended %v", msgs[len(msgs)-1])
 			}
 			for _, stream := range []bool{false, true} {
-				if code, body := llmCall(s, key, runID, stream); code != http.StatusConflict || errCode(body) != "run_not_active" {
-					t.Fatalf("LLM call (stream %v) for a DONE run: %d %v", stream, code, body)
+				code, body := llmCall(s, key, runID, stream)
+				if code != http.StatusConflict || errCode(body) != "run_not_active" || sv(obj(body, "error"), "status") != "DONE" || sv(obj(body, "error"), "run_id") != runID {
+					t.Fatalf("LLM call (stream %v) for a DONE run: %d %v, want run_not_active with the run's status and run_id", stream, code, body)
 				}
 			}
 			assertNoLLMEventsAfterEnd(t, s, c, "a", sid, runID)

@@ -142,6 +142,21 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 		if resp.StatusCode != 200 {
 			return fmt.Errorf("untraced llm call: %d", resp.StatusCode)
 		}
+		// A malformed traceparent counts as none.
+		hr, _ = http.NewRequestWithContext(ctx, "POST", c.OpenAIBaseURL()+"/chat/completions", bytes.NewReader(body))
+		hr.Header.Set("Authorization", "Bearer "+c.APIKey)
+		hr.Header.Set("Content-Type", "application/json")
+		for k, v := range c.OpenAIHeaders() {
+			hr.Header.Set(k, v)
+		}
+		hr.Header.Set("traceparent", "garbage")
+		if resp, err = http.DefaultClient.Do(hr); err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("llm call with a malformed traceparent: %d", resp.StatusCode)
+		}
 		if _, err := c.Tools().Invoke(ctx, "trace.echo", map[string]any{"x": 1}); err != nil {
 			return err
 		}
@@ -208,7 +223,7 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 				missing = true
 			}
 		}
-		if !missing && len(llms) == 2 {
+		if !missing && len(llms) == 3 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -222,14 +237,24 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 	}
 	run, invoke, agentSpan := byName["agentplane.run"], byName["agentplane.agent.invoke"], byName["agent.handle"]
 	call, exec := byName["agentplane.tool_call trace.echo"], byName["agentplane.tool.execute trace.echo"]
-	llm, untraced := llms[0], llms[1]
-	if llm.ParentSpanID != agentSpan.SpanID {
-		llm, untraced = untraced, llm
+	// The traced call is the agent span's child; the other two (no
+	// traceparent, a malformed one) the invoke's.
+	var llm otlprecv.Span
+	var untraced []otlprecv.Span
+	for _, sp := range llms {
+		if sp.ParentSpanID == agentSpan.SpanID {
+			llm = sp
+		} else {
+			untraced = append(untraced, sp)
+		}
+	}
+	if llm.SpanID == "" || len(untraced) != 2 || untraced[1].ParentSpanID != invoke.SpanID {
+		t.Errorf("llm spans %v: want one under the agent's span %s, two under the invoke %s", llms, agentSpan.SpanID, invoke.SpanID)
 	}
 	for _, link := range []struct {
 		child  otlprecv.Span
 		parent string
-	}{{run, callerSpan}, {invoke, run.SpanID}, {agentSpan, invoke.SpanID}, {llm, agentSpan.SpanID}, {untraced, invoke.SpanID}, {call, agentSpan.SpanID}, {exec, call.SpanID},
+	}{{run, callerSpan}, {invoke, run.SpanID}, {agentSpan, invoke.SpanID}, {llm, agentSpan.SpanID}, {untraced[0], invoke.SpanID}, {call, agentSpan.SpanID}, {exec, call.SpanID},
 		{byName["child.run"], agentSpan.SpanID}, {byName["agentplane.tool_call call_traced-child"], agentSpan.SpanID},
 		{byName["toolchild.run"], byName["agentplane.tool_call call_traced-child"].SpanID}} {
 		if link.child.ParentSpanID != link.parent {
@@ -252,8 +277,8 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 	// What went over the wire: the upstream got the LLM span as its
 	// parent, the tool the execution span, and run_started recorded the
 	// run span's traceparent.
-	if got := upstreamTPs.all(); len(got) != 2 || got[0] != "00-"+callerTrace+"-"+llm.SpanID+"-01" || got[1] != "00-"+callerTrace+"-"+untraced.SpanID+"-01" {
-		t.Errorf("upstream traceparents %v, want the llm spans %s, %s", got, llm.SpanID, untraced.SpanID)
+	if got := upstreamTPs.all(); len(got) != 3 || got[0] != "00-"+callerTrace+"-"+llm.SpanID+"-01" {
+		t.Errorf("upstream traceparents %v, want the llm span %s first", got, llm.SpanID)
 	}
 	if got := toolTPs.all(); len(got) != 1 || got[0] != "00-"+callerTrace+"-"+exec.SpanID+"-01" {
 		t.Errorf("tool traceparents %v, want the execution span %s", got, exec.SpanID)

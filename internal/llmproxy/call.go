@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentplane/agentplane/internal/respond"
 	"github.com/agentplane/agentplane/internal/tracing"
 )
 
@@ -158,7 +159,7 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep *endpoint) 
 func readBody(r *http.Request, limit int64) ([]byte, error) {
 	tooLarge := func() error {
 		return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeRequestTooLarge,
-			Message: "request body exceeds " + strconv.FormatInt(limit, 10) + " bytes"}
+			Message: "request body exceeds " + respond.Size(limit)} // as every other route words it
 	}
 	if r.ContentLength > limit {
 		return nil, tooLarge()

@@ -18,6 +18,9 @@ type Error struct {
 	// RetryAfterMS, when positive, is sent as the Retry-After header (whole
 	// seconds, rounded up) and as retry-after-ms.
 	RetryAfterMS int64
+	// RunID and RunStatus, on a 409 run_not_active, are the run's id and
+	// state, as every conflict carries (API.md).
+	RunID, RunStatus string
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -45,8 +48,10 @@ type errorBody struct {
 		Message string `json:"message"`
 		// As every other surface writes them on a 429 or 503 (API.md, Rate
 		// limits): whole seconds, rounded up, and milliseconds.
-		RetryAfter   int64 `json:"retry_after,omitempty"`
-		RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
+		RetryAfter   int64  `json:"retry_after,omitempty"`
+		RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
+		RunID        string `json:"run_id,omitempty"`
+		Status       string `json:"status,omitempty"`
 	} `json:"error"`
 }
 
@@ -59,6 +64,7 @@ func writeError(w http.ResponseWriter, err error) {
 	}
 	var b errorBody
 	b.Error.Code, b.Error.Message = e.Code, e.Message
+	b.Error.RunID, b.Error.Status = e.RunID, e.RunStatus
 	if e.RetryAfterMS > 0 {
 		b.Error.RetryAfter, b.Error.RetryAfterMS = (e.RetryAfterMS+999)/1000, e.RetryAfterMS
 	}

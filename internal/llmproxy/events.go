@@ -105,8 +105,9 @@ type CallDone struct {
 	// Partial says the token counts are incomplete: the call failed, timed
 	// out or was cancelled before the upstream reported usage.
 	Partial bool `json:"partial"`
-	// Chunks is the number of SSE events the upstream sent (streams only).
-	Chunks int        `json:"chunks,omitempty"`
+	// Chunks is the number of SSE events the upstream sent (0 for a call
+	// that did not stream).
+	Chunks int        `json:"chunks"`
 	Error  *CallError `json:"error,omitempty"`
 }
 

@@ -69,10 +69,8 @@ func (d *CallDone) AppendJSON(b []byte) []byte {
 	}
 	b = append(b, `,"partial":`...)
 	b = strconv.AppendBool(b, d.Partial)
-	if d.Chunks != 0 {
-		b = append(b, `,"chunks":`...)
-		b = strconv.AppendInt(b, int64(d.Chunks), 10)
-	}
+	b = append(b, `,"chunks":`...)
+	b = strconv.AppendInt(b, int64(d.Chunks), 10)
 	if d.Error != nil {
 		b = append(b, `,"error":{"code":`...)
 		b = jsonstr.Append(b, d.Error.Code)

@@ -26,6 +26,10 @@ func TestCallDoneAppendJSONMatchesEncodingJSON(t *testing.T) {
 		Error: &CallError{Code: "upstream_error", Message: "upstream said \"no\" <html> & \u2028 \x00 \xff bad utf-8 é"}}
 	checkCallDoneJSON(t, full)
 	checkCallDoneJSON(t, CallDone{})
+	// A call that did not stream says chunks 0 (API.md lists chunks as always there).
+	if got := (&CallDone{Outcome: OutcomeOK}).AppendJSON(nil); !bytes.Contains(got, []byte(`"chunks":0`)) {
+		t.Fatalf("a non-streamed call's record %s has no chunks", got)
+	}
 	for _, f := range []float64{0, 1, -1, 1e-7, 1.5e-9, 3e-6, 1e20, 1e21, 1.2345e300, 0.1 + 0.2, 123456789.123, 5e-324} {
 		d := full
 		d.EstimatedCost, d.LatencyMS, d.Price = f, f, &Price{Input: f, CachedInput: -f, Output: f / 3}

@@ -252,8 +252,8 @@ func TestRequestTooLarge(t *testing.T) {
 	e := newEnv(t, cfg)
 	big := chatBody("fake-gpt", strings.Repeat("word ", 400), false)
 	resp, body := e.post(t, "/v1/chat/completions", agentKey, big, nil)
-	if resp.StatusCode != 413 || errorCode(t, body) != "request_too_large" {
-		t.Errorf("got %d %s", resp.StatusCode, body)
+	if resp.StatusCode != 413 || errorCode(t, body) != "request_too_large" || !strings.Contains(string(body), "request body exceeds 1 KiB") {
+		t.Errorf("got %d %s, want 413 naming the limit as every route does", resp.StatusCode, body)
 	}
 	// Without Content-Length (chunked) the limit holds too.
 	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/v1/chat/completions", struct{ *bytes.Reader }{bytes.NewReader(big)})

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentplane/agentplane/internal/auth"
 	"github.com/agentplane/agentplane/internal/config"
 	"github.com/agentplane/agentplane/internal/eventlog"
@@ -121,9 +123,14 @@ func newLLMBridge(keys *auth.Keys, st store.Store, log *eventlog.Log, lg *slog.L
 }
 
 // errRunNotActive answers a call naming a run that has ended, as the tool
-// API does.
-func errRunNotActive(runID string) error {
-	return &llmproxy.Error{Status: http.StatusConflict, Code: "run_not_active", Message: "run " + runID + " has already ended"}
+// API does: with the run's id and state (read only on this refusal).
+func (b *llmBridge) errRunNotActive(ctx context.Context, runID string) error {
+	e := &llmproxy.Error{Status: http.StatusConflict, Code: "run_not_active", Message: "run " + runID + " has already ended", RunID: runID}
+	if r, err := b.st.RunGet(ctx, runID); err == nil {
+		e.RunStatus = r.Status
+		e.Message += " (it is " + r.Status + ")"
+	}
+	return e
 }
 
 // committed sees this process's commits: a run's terminal event marks it
@@ -237,10 +244,12 @@ func (b *llmBridge) authenticate(r *http.Request) (llmproxy.Caller, error) {
 	}
 	if o.ended {
 		// Nothing of a call may land after the run's terminal event.
-		return llmproxy.Caller{}, errRunNotActive(runID)
+		return llmproxy.Caller{}, b.errRunNotActive(r.Context(), runID)
 	}
 	c := llmproxy.Caller{AgentID: p.AgentID, RunID: runID, SessionID: o.sessionID}
-	if b.invokeTraceparent != nil && r.Header.Get("traceparent") == "" {
+	if b.invokeTraceparent != nil && !trace.SpanContextFromContext(r.Context()).IsValid() {
+		// No traceparent the middleware could read (none, or a malformed
+		// one): the call goes under the run's agent invoke.
 		c.Traceparent = b.invokeTraceparent(runID)
 	}
 	return c, nil
