@@ -9,6 +9,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agentplane/agentplane/internal/testdb"
+	agentplane "github.com/agentplane/agentplane/sdk/go"
 )
 
 // askingAgent asks "Which city?" unless it is answering its own question
@@ -251,4 +255,48 @@ func TestInputRequiredPythonSDK(t *testing.T) {
 		}
 		s.checkRaces()
 	})
+}
+
+// A run that asked the user is ended (GET /v1/runs?status=ended lists it,
+// status=active does not), and a message its agent appends to the
+// transcript carries the run's intention_id, as the platform's own rows do.
+func TestAskedRunIsEndedAndAgentMessagesCarryTheIntention(t *testing.T) {
+	s := startServer(t, testdb.DSN(t, "sqlite"))
+	var h agentplane.AgentHandler
+	srv := httptest.NewServer(&h)
+	t.Cleanup(srv.Close)
+	h.Platform = agentplane.NewClient(s.URL, s.register("noting", srv.URL))
+	h.Handler = func(ctx context.Context, req *agentplane.Request, st agentplane.Stream) error {
+		if _, err := req.Client().AppendMessage(ctx, req.SessionID, agentplane.Message{Role: "assistant", Content: "a note"}); err != nil {
+			return err
+		}
+		return &agentplane.InputRequiredError{Question: "Which city?"}
+	}
+	c := dial(t, s, "alice", "alice-key")
+	c.send(map[string]any{"type": "agent_invoke", "request_id": "r", "agent_id": "noting", "message": map[string]any{"role": "user", "content": "weather"}})
+	msgs := c.untilEnd()
+	if last := msgs[len(msgs)-1]; last["type"] != "input_required" {
+		t.Fatalf("run ended %v", last)
+	}
+	runID, sid, intention := sv(msgs[0], "run_id"), sv(msgs[0], "session_id"), sv(msgs[0], "intention_id")
+	for status, want := range map[string]int{"ended": 1, "active": 0, "INPUT_REQUIRED": 1} {
+		code, body := s.call("GET", "/v1/runs?session_id="+sid+"&status="+status, "alice-key", nil)
+		if runs, _ := body["runs"].([]any); code != 200 || len(runs) != want {
+			t.Errorf("runs with status=%s: %d %v, want %d", status, code, body, want)
+		}
+	}
+	code, body := s.call("GET", "/v1/sessions/"+sid+"/messages", "alice-key", nil)
+	found := false
+	for _, m := range body["messages"].([]any) {
+		row := m.(map[string]any)
+		if row["content"] == "a note" {
+			found = true
+			if row["intention_id"] != intention || row["run_id"] != runID || row["agent_id"] != "noting" {
+				t.Errorf("the agent's message %v, want intention %s of run %s", row, intention, runID)
+			}
+		}
+	}
+	if code != 200 || !found {
+		t.Fatalf("messages %d %v", code, body)
+	}
 }

@@ -74,7 +74,7 @@ func (a *API) messageAppend(w http.ResponseWriter, r *http.Request) {
 			respond.Err(w, r, err)
 			return
 		}
-		mp.RunID, mp.AgentID, mp.ParentRunID = rn.RunID, rn.AgentID, rn.ParentRunID
+		mp.RunID, mp.AgentID, mp.ParentRunID, mp.IntentionID = rn.RunID, rn.AgentID, rn.ParentRunID, rn.IntentionID
 	}
 	m, err := a.St.MessageAppend(r.Context(), mp)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 // run states themselves.
 var runStatusFilters = map[string][]string{
 	"active": store.RunActiveStatuses,
-	"ended":  {store.RunDone, store.RunFailed, store.RunCancelled},
+	"ended":  store.RunTerminalStatuses, // INPUT_REQUIRED too: final for the run (DESIGN §8)
 }
 
 // runList serves GET /v1/runs (issue 11): the admin lists every run, a
