@@ -25,7 +25,9 @@ import (
 )
 
 // askingAgent asks "Which city?" unless it is answering its own question
-// (resumes_run_id set); then it answers with the weather in that city.
+// (resumes_run_id set); then it answers with the weather in that city —
+// and fails no_question unless its messages hold the question before the
+// answer, as a resumed run's do (a root's and a child's alike).
 func askingAgent(t *testing.T) *httptest.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {})
@@ -34,6 +36,9 @@ func askingAgent(t *testing.T) *httptest.Server {
 			InputMessage struct{ Content string } `json:"input_message"`
 			ResumesRunID string                   `json:"resumes_run_id"`
 			IntentionID  string                   `json:"intention_id"`
+			Messages     []struct {
+				Role, Content string
+			} `json:"messages"`
 		}
 		json.NewDecoder(r.Body).Decode(&in)
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -43,6 +48,10 @@ func askingAgent(t *testing.T) *httptest.Server {
 		}
 		if in.ResumesRunID == "" {
 			fmt.Fprint(w, "event: input_required\ndata: {\"question\":\"Which city?\",\"detail\":{\"choices\":[\"Paris\",\"Oslo\"]}}\n\n")
+			return
+		}
+		if n := len(in.Messages); n < 2 || in.Messages[n-2].Role != "assistant" || in.Messages[n-2].Content != "Which city?" || in.Messages[n-1].Content != in.InputMessage.Content {
+			fmt.Fprintf(w, "event: error\ndata: {\"code\":\"no_question\",\"message\":\"messages do not end with the question and the answer: %d\"}\n\n", n)
 			return
 		}
 		fmt.Fprintf(w, "event: delta\ndata: {\"text\":\"Sunny in %s\"}\n\nevent: done\ndata: {}\n\n", in.InputMessage.Content)

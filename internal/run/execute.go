@@ -45,10 +45,18 @@ func (m *Manager) execute(ctx context.Context, j *job) {
 	}
 
 	// A root agent gets the session's root-level turns; a child only its
-	// input (it may read the transcript with its key). A remote A2A agent
+	// input (it may read the transcript with its key), after its question
+	// when it resumes one. A remote A2A agent
 	// is sent only the new message — its context lives on its side, by
 	// contextId — so its runs skip reading the transcript.
 	transcript := []agent.Message{j.message}
+	if run.ParentRunID != "" && run.ResumesRunID != "" && ag.Protocol != store.ProtocolA2A {
+		// A child that resumes its own question gets it before the answer,
+		// as a root does from the transcript (API.md: "the same way").
+		if asked, err := m.st.RunGet(ctx, run.ResumesRunID); err == nil && asked.Question != "" {
+			transcript = []agent.Message{{Role: "assistant", Content: asked.Question}, j.message}
+		}
+	}
 	if run.ParentRunID == "" && ag.Protocol != store.ProtocolA2A {
 		var err error
 		if transcript, err = m.loadTranscript(ctx, run.SessionID); err != nil {
