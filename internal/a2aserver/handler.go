@@ -168,6 +168,7 @@ func (h *handler) SubscribeToTask(ctx context.Context, req *a2a.SubscribeToTaskR
 				return
 			}
 			f = h.s.follow(t, sess.LastSeq, false, h.s.hold(ctx, c, t.sessionID()))
+			t.upToSeq = sess.LastSeq
 			defer f.close()
 		}
 		snap, err := h.s.snapshot(ctx, t)
@@ -275,6 +276,7 @@ func (s *Server) begin(ctx context.Context, c *call, req *a2a.SendMessageRequest
 			return nil, nil, err
 		}
 	}
+	t.upToSeq = sess.LastSeq
 	return t, s.follow(t, sess.LastSeq, true, release), nil
 }
 

@@ -28,6 +28,10 @@ type task struct {
 	// seen: a run's events as this request followed them from its first
 	// to its end, so the answer is built without reading them back.
 	seen map[string][]store.Event
+	// upToSeq, when set, caps the snapshot at the seq a follower started
+	// after (a resubscription, an answer's stream): what committed later
+	// is the follower's to send, not the snapshot's too.
+	upToSeq int64
 }
 
 // endedAs is t as f saw its latest run end (done, or asking for input):
@@ -99,6 +103,9 @@ func (s *Server) snapshot(ctx context.Context, t *task) (*a2a.Task, error) {
 		}
 		var text strings.Builder
 		for _, e := range evs {
+			if t.upToSeq > 0 && e.Seq > t.upToSeq {
+				break // the follower sends it
+			}
 			switch e.Type {
 			case eventlog.TypeUserInput:
 				var p struct {

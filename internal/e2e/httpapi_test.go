@@ -6,6 +6,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	apserver "github.com/agentplane/agentplane/internal/server"
+	"github.com/agentplane/agentplane/internal/store"
 )
 
 func errCode(body map[string]any) string {
@@ -44,6 +48,21 @@ func TestRegistrationAuthAndSSRF(t *testing.T) {
 				s.call("DELETE", "/v1/agents/"+id, adminKey, nil)
 			}
 		}
+		// An agent that already has such an id (registered before they were
+		// refused) can still be registered again: its key rotated, its
+		// config-file entry applied at start.
+		st, err := apserver.OpenStore(ctxTimeout(t, 30*time.Second), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.AgentUpsert(ctxTimeout(t, 10*time.Second), &store.AgentUpsertParams{AgentID: "old__id", Name: "old", Endpoint: ag.URL, KeyHash: "x", At: 1}); err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
+		if code, body := s.call("POST", "/v1/agents/register", adminKey, map[string]any{"agent_id": "old__id", "endpoint": ag.URL, "rotate_key": true}); code != http.StatusOK {
+			t.Errorf("re-register an existing old__id: %d %v", code, body)
+		}
+		s.call("DELETE", "/v1/agents/old__id", adminKey, nil)
 		// Seed 001's header for the admin key is accepted too.
 		req, _ := http.NewRequest("GET", s.URL+"/v1/agents", nil)
 		req.Header.Set("x-admin-key", adminKey)

@@ -548,14 +548,30 @@ func (w *writer) finish(batch []*op, results [][]store.Event, errs []error, bega
 			all = append(all, results[i]...)
 		}
 	}
-	// Counted before anyone is told: a caller whose Append returned sees
-	// its commit in Stats, and an op it submits next may commit inline.
+	// Counted (and its latency observed) before anyone is told: a caller
+	// whose Append returned sees its commit in Stats and the metrics, and an
+	// op it submits next may commit inline.
 	for _, o := range batch {
 		o.finished = true
 	}
 	w.pending.Add(-int64(len(batch)))
 	w.commits.Add(1)
 	w.appended.Add(int64(len(all)))
+	if w.latency != nil {
+		// Every commit is observed once: from the submission of its oldest
+		// write someone waits for (queue, transaction, commit); a batch of
+		// write-behind appends only (deltas, a run's end, LLM call
+		// records), which linger on purpose to share a commit, from the
+		// moment the writer took it.
+		from := began
+		for _, o := range batch {
+			if !o.behind && !o.queued.IsZero() {
+				from = o.queued
+				break
+			}
+		}
+		w.latency.Observe(time.Since(from).Seconds())
+	}
 	for i, o := range batch {
 		var err error
 		if errs != nil {
@@ -571,21 +587,6 @@ func (w *writer) finish(batch []*op, results [][]store.Event, errs []error, bega
 				o.done(results[i], nil)
 			}
 		}
-	}
-	if w.latency != nil {
-		// Every commit is observed once: from the submission of its oldest
-		// write someone waits for (queue, transaction, commit); a batch of
-		// write-behind appends only (deltas, a run's end, LLM call
-		// records), which linger on purpose to share a commit, from the
-		// moment the writer took it.
-		from := began
-		for _, o := range batch {
-			if !o.behind && !o.queued.IsZero() {
-				from = o.queued
-				break
-			}
-		}
-		w.latency.Observe(time.Since(from).Seconds())
 	}
 	if len(all) > 0 {
 		w.publish(all)

@@ -88,7 +88,11 @@ func (a *API) Register(ctx context.Context, req *RegisterRequest) (*RegisterResp
 	if err := tool.CheckAgentID(req.AgentID); err != nil {
 		// Another agent calls it as the tool call_<agent_id>: a name that
 		// could not be offered or called would leave it direct-form only.
-		return nil, respond.E(http.StatusBadRequest, "invalid_agent_id", "agent_id must not contain \"__\", \"_.\" or \"--\", and call_<agent_id> must fit an OpenAI function name (64 characters, each '.' counting two)")
+		// An agent registered before such ids were refused may still be
+		// updated (its key rotated, its config-file entry applied at start).
+		if _, gerr := a.St.AgentGet(ctx, req.AgentID); gerr != nil {
+			return nil, respond.E(http.StatusBadRequest, "invalid_agent_id", "agent_id must not contain \"__\", \"_.\" or \"--\", and call_<agent_id> must fit an OpenAI function name (64 characters, each '.' counting two)")
+		}
 	}
 	u, err := a.Allow.ValidateEndpoint(ctx, req.Endpoint)
 	if err != nil {

@@ -501,3 +501,25 @@ func TestCallSpanJoinsTheRunsTraceWithoutATraceparent(t *testing.T) {
 		t.Fatalf("upstream traceparent %q: want the run's trace id with a span of the call's own", got)
 	}
 }
+
+// No spelling of a platform key reaches the upstream: whatever header an
+// agent put its key in (Authorization, api-key, x-api-key, x-admin-key),
+// the upstream gets its own key and nothing else of the caller's.
+func TestCallerKeysNeverReachTheUpstream(t *testing.T) {
+	up := newUpstream(t, fakellm.Options{})
+	e := newEnv(t, singleUpstream(up))
+	for _, h := range []string{"Api-Key", "X-Api-Key", "X-Admin-Key"} {
+		resp, body := e.post(t, "/v1/chat/completions", agentKey, chatBody("fake-gpt", "x", false), map[string]string{h: agentKey})
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", h, resp.StatusCode, body)
+		}
+		got := up.lastRequest(t)
+		for k, vs := range got.Header {
+			for _, v := range vs {
+				if strings.Contains(v, agentKey) {
+					t.Errorf("sent with %s: the upstream got the agent's key in %s", h, k)
+				}
+			}
+		}
+	}
+}

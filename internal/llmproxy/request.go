@@ -132,6 +132,7 @@ var dropRequestHeader = map[string]bool{
 	"Authorization":       true, // the agent key; the upstream key replaces it
 	"Api-Key":             true, // other spellings of a client key must not leak upstream either
 	"X-Api-Key":           true,
+	"X-Admin-Key":         true,
 	"Connection":          true,
 	"Keep-Alive":          true,
 	"Proxy-Authorization": true,

@@ -435,6 +435,13 @@ func (m *Manager) finishFailed(run *store.Run, code, message string, began time.
 // stored on the run, agent_invoke_done (when invokeInfo is set) and
 // run_failed, all in one transaction.
 func (m *Manager) fail(ctx context.Context, run *store.Run, code, message string, invokeInfo map[string]any) error {
+	_, err := m.failEnded(ctx, run, code, message, invokeInfo)
+	return err
+}
+
+// failEnded is fail, also returning the runs it ended (none when the run
+// had ended meanwhile, elsewhere).
+func (m *Manager) failEnded(ctx context.Context, run *store.Run, code, message string, invokeInfo map[string]any) ([]*store.Run, error) {
 	errJSON, _ := json.Marshal(map[string]string{"code": code, "message": message})
 	now := m.now()
 	var ended []*store.Run
@@ -444,10 +451,11 @@ func (m *Manager) fail(ctx context.Context, run *store.Run, code, message string
 		evs, ended, err = m.EndTx(ctx, tx, run, now, End{Status: store.RunFailed, Error: errJSON, Reason: "the run failed (" + code + ")", Invoke: invokeInfo})
 		return evs, err
 	})
-	if err == nil {
-		m.countEnded(ended)
+	if err != nil {
+		return nil, err
 	}
-	return err
+	m.countEnded(ended)
+	return ended, nil
 }
 
 // waiting reports whether a run's agent is expected to be silent: the run

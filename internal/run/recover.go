@@ -48,8 +48,12 @@ func (m *Manager) failOrphans(ctx context.Context, atStart bool) (int, error) {
 			continue
 		}
 		msg := fmt.Sprintf("the agentplane process driving this run (%s) stopped before it finished", r.Owner)
-		if err := m.fail(ctx, r, "platform_restarted", msg, nil); err != nil {
+		ended, err := m.failEnded(ctx, r, "platform_restarted", msg, nil)
+		if err != nil {
 			return failed, err
+		}
+		if !slices.ContainsFunc(ended, func(e *store.Run) bool { return e.RunID == r.RunID }) {
+			continue // it ended meanwhile, here or on another replica: not ours to settle
 		}
 		m.opts.Logger.Warn("failed orphaned run", "run_id", r.RunID, "session_id", r.SessionID, "owner", r.Owner)
 		m.cancelOrphanedRemoteTask(ctx, r)

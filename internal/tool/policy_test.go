@@ -379,20 +379,22 @@ func BenchmarkCompile(b *testing.B) {
 // (they go into the policy_decision event) nor in Decide's error (logged).
 func TestDecideErrorsNeverShowRedactedValues(t *testing.T) {
 	d := transferDef()
-	d.Redact = []string{"card.number", "pins.*"}
+	d.Redact = []string{"card.number", "card.cvv", "pins.*"}
 	d.Policy = tool.Policy{Decision: tool.DecisionAllow, Rules: []tool.Rule{
 		{Name: "regexp", When: `"abc".matches(args.card.number)`, Decision: tool.DecisionBlock},
 		{Name: "key", When: `args.card[args.card.number] == 1`, Decision: tool.DecisionBlock},
 		{Name: "short", When: `args.card[args.pins[0]] == 1`, Decision: tool.DecisionBlock},
 		{Name: "plain", When: `args.card[args.to] == 1`, Decision: tool.DecisionBlock},
+		// A regexp error quotes only the fragment it choked on.
+		{Name: "fragment", When: `"abc".matches(args.card.cvv)`, Decision: tool.DecisionBlock},
 	}}
 	tl := mustCompile(t, d)
-	got := decide(t, tl, tool.Input{Args: args(t, `{"amount": 5, "to": "bob", "card": {"number": "SEC(RET 4111"}, "pins": ["77"]}`)})
-	if len(got.Errors) != 4 {
-		t.Fatalf("Errors = %+v, want four failing rules", got.Errors)
+	got := decide(t, tl, tool.Input{Args: args(t, `{"amount": 5, "to": "bob", "card": {"number": "SEC(RET 4111", "cvv": "4111-2222-3333-[9876"}, "pins": ["77"]}`)})
+	if len(got.Errors) != 5 {
+		t.Fatalf("Errors = %+v, want five failing rules", got.Errors)
 	}
 	b, _ := json.Marshal(got.Errors)
-	for _, secret := range []string{"SEC(RET", "4111", "77"} {
+	for _, secret := range []string{"SEC(RET", "4111", "77", "9876"} {
 		if strings.Contains(string(b), secret) {
 			t.Errorf("errors show the redacted %q: %s", secret, b)
 		}

@@ -16,9 +16,10 @@ const withheldText = "(withheld: the message may show a redacted argument)"
 
 // scrubRedacted returns text — a policy rule's error message, which CEL
 // builds from the values it evaluated ("no such key: 4111…") — with every
-// value at the tool's redaction paths in args replaced by "[redacted]", so a
-// redacted value never reaches the policy_decision event or the log
-// (DESIGN §15). args are the decoded args the rules evaluated.
+// value at the tool's redaction paths in args replaced by "[redacted]", or
+// withheld where a piece of one remains, so a redacted value never reaches
+// the policy_decision event or the log (DESIGN §15). args are the decoded
+// args the rules evaluated.
 func (t *Tool) scrubRedacted(args map[string]any, text string) string {
 	if len(t.Def.Redact) == 0 {
 		return text
@@ -42,6 +43,16 @@ func (t *Tool) scrubRedacted(args map[string]any, text string) string {
 				return withheldText
 			}
 			text = strings.ReplaceAll(text, f, Redacted)
+		}
+	}
+	// A message may quote a piece of a value rather than all of it (a
+	// regexp error names the fragment it choked on): any run of
+	// minScrubbed characters of a redacted value withholds the message.
+	for _, sec := range secrets {
+		for i := 0; i+minScrubbed <= len(sec); i++ {
+			if strings.Contains(text, sec[i:i+minScrubbed]) {
+				return withheldText
+			}
 		}
 	}
 	return text

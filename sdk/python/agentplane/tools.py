@@ -317,9 +317,10 @@ def _rate_limit_pause(e: APIError, backoff: float, cap: float) -> Tuple[float, f
 
     The wait the platform named, never less; up to a quarter more (at most
     a second), so agents turned away together do not come back together.
-    Without one, the usual jittered, doubling backoff.
+    Without one — or with a wait of 0, which would re-send at full speed —
+    the usual jittered, doubling backoff.
     """
-    if e.retry_after is not None:
+    if e.retry_after is not None and e.retry_after > 0:
         return e.retry_after + _jitter(0, min(e.retry_after / 4, 1.0)), backoff
     return _jitter(backoff / 2, backoff), min(backoff * 2, cap)
 

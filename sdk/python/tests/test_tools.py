@@ -323,3 +323,23 @@ class HandlerToolTest(unittest.TestCase):
 
 if __name__ == "__main__":  # pragma: no cover
     unittest.main()
+
+
+class RateLimitPauseTest(unittest.TestCase):
+    def test_zero_wait_backs_off(self) -> None:
+        # A 429 naming a wait of 0 must not be re-sent at full speed: the
+        # backoff applies, and grows, as when no wait is named.
+        from agentplane.errors import APIError
+        from agentplane.tools import _rate_limit_pause
+
+        e = APIError("rate_limited", "slow down", 429, b"", retry_after=0.0)
+        backoff = 0.1
+        for _ in range(4):
+            pause, nxt = _rate_limit_pause(e, backoff, 2.0)
+            self.assertGreater(pause, 0.0)
+            self.assertGreater(nxt, backoff)
+            backoff = nxt
+        named = APIError("rate_limited", "slow down", 429, b"", retry_after=1.5)
+        pause, nxt = _rate_limit_pause(named, 0.1, 2.0)
+        self.assertGreaterEqual(pause, 1.5)
+        self.assertEqual(nxt, 0.1)
