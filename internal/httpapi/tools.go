@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentplane/agentplane/internal/auth"
@@ -30,6 +31,11 @@ func (a *API) toolPut(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("tool_name")
 	var body toolPutBody
 	if err := respond.DecodeJSONStrict(w, r, maxBody, &body); err != nil {
+		if e := respond.As(err); e != nil {
+			// encoding/json names a field of the embedded Definition by its
+			// Go path ("Definition.timeout_ms"); the client wrote timeout_ms.
+			e.Message = strings.TrimPrefix(e.Message, "Definition.")
+		}
 		respond.Err(w, r, err)
 		return
 	}
