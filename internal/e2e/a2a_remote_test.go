@@ -16,6 +16,7 @@ import (
 	"iter"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -81,6 +82,21 @@ func (e *remoteA2A) seen() (continued, cancelled []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return append([]string(nil), e.continued...), append([]string(nil), e.cancelled...)
+}
+
+// waitCancelled waits (10 s at most) until the remote has seen tasks/cancel
+// for exactly the tasks want, in that order.
+func (e *remoteA2A) waitCancelled(t *testing.T, want ...string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, cancelled := e.seen()
+		if slices.Equal(cancelled, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the remote saw cancels %v, want %v", cancelled, want)
+		}
+	}
 }
 
 // startRemoteA2A serves a remoteA2A at /agent, its card saying whether it
@@ -214,15 +230,7 @@ func TestA2ARemoteAgent(t *testing.T) {
 		if end := c.untilEnd(); end[len(end)-1]["state"] != "CANCELLED" {
 			t.Fatalf("cancel: %v", end)
 		}
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if _, cancelled := streamer.seen(); fmt.Sprint(cancelled) == "["+slowTask+"]" {
-				break
-			}
-			if time.Now().After(deadline) {
-				_, cancelled := streamer.seen()
-				t.Fatalf("the remote saw cancels %v, want [%s]", cancelled, slowTask)
-			}
-		}
+		streamer.waitCancelled(t, slowTask)
 
 		// A run whose process dies while its remote task runs is failed
 		// platform_restarted by the restarted process, which sends the
@@ -243,15 +251,7 @@ func TestA2ARemoteAgent(t *testing.T) {
 		if run := waitRunEnded(t, s, sv(orphan, "run_id")); run["status"] != "FAILED" || sv(obj(run, "error"), "code") != "platform_restarted" {
 			t.Fatalf("orphaned run %v", run)
 		}
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if _, cancelled := streamer.seen(); fmt.Sprint(cancelled) == "["+slowTask+" "+orphanTask+"]" {
-				break
-			}
-			if time.Now().After(deadline) {
-				_, cancelled := streamer.seen()
-				t.Fatalf("after the restart the remote saw cancels %v, want [%s %s]", cancelled, slowTask, orphanTask)
-			}
-		}
+		streamer.waitCancelled(t, slowTask, orphanTask)
 		c = dial(t, s, "alice", "alice-key")
 
 		// Health is the card: healthy while it answers, unhealthy once gone.

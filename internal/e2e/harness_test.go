@@ -217,10 +217,15 @@ func (s *server) call(method, path, key string, body any, hdr ...string) (int, m
 	return resp.StatusCode, out
 }
 
-// register registers an agent and returns its key.
-func (s *server) register(agentID, endpoint string) string {
+// register registers an agent (that may call the linked agents) and
+// returns its key.
+func (s *server) register(agentID, endpoint string, linked ...string) string {
 	s.t.Helper()
-	code, body := s.call("POST", "/v1/agents/register", adminKey, map[string]any{"agent_id": agentID, "endpoint": endpoint, "capabilities": []string{"chat"}})
+	req := map[string]any{"agent_id": agentID, "endpoint": endpoint, "capabilities": []string{"chat"}}
+	if len(linked) > 0 {
+		req["linked_agents"] = linked
+	}
+	code, body := s.call("POST", "/v1/agents/register", adminKey, req)
 	if code != http.StatusCreated && code != http.StatusOK {
 		s.t.Fatalf("register %s: %d %v", agentID, code, body)
 	}

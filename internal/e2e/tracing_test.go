@@ -98,11 +98,7 @@ func TestTracingOneConnectedTrace(t *testing.T) {
 	var h agentplane.AgentHandler
 	agentSrv := httptest.NewServer(&h)
 	t.Cleanup(agentSrv.Close)
-	code, reg := s.call("POST", "/v1/agents/register", adminKey, map[string]any{"agent_id": "tracer", "endpoint": agentSrv.URL, "linked_agents": []string{"traced-child"}})
-	if code != http.StatusCreated && code != http.StatusOK {
-		t.Fatalf("register: %d %v", code, reg)
-	}
-	key := sv(reg, "agent_api_key")
+	key := s.register("tracer", agentSrv.URL, "traced-child")
 	h.Platform = agentplane.NewClient(s.URL, key)
 	h.Handler = func(ctx context.Context, req *agentplane.Request, st agentplane.Stream) error {
 		ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(req.Header))
@@ -334,11 +330,7 @@ func TestTracingToolCallsWithoutTraceparentJoinTheRun(t *testing.T) {
 	var h agentplane.AgentHandler
 	agentSrv := httptest.NewServer(&h)
 	t.Cleanup(agentSrv.Close)
-	code, reg := s.call("POST", "/v1/agents/register", adminKey, map[string]any{"agent_id": "untraced", "endpoint": agentSrv.URL, "linked_agents": []string{"quiet-child"}})
-	if code != http.StatusCreated && code != http.StatusOK {
-		t.Fatalf("register: %d %v", code, reg)
-	}
-	h.Platform = agentplane.NewClient(s.URL, sv(reg, "agent_api_key"))
+	h.Platform = agentplane.NewClient(s.URL, s.register("untraced", agentSrv.URL, "quiet-child"))
 	h.Handler = func(ctx context.Context, req *agentplane.Request, st agentplane.Stream) error {
 		c := req.Client().WithTraceparent("") // an agent that does not pass it on
 		for _, name := range []string{"plain.echo", "guarded.echo"} {

@@ -30,7 +30,7 @@ func (m *Manager) Cancel(ctx context.Context, p CancelParams) (*store.Run, error
 		return nil, err
 	}
 	if store.RunIsTerminal(run.Status) {
-		return run, notActive(run)
+		return run, NotActive(run)
 	}
 	m.mu.Lock()
 	a := m.active[run.RunID]
@@ -82,7 +82,7 @@ func (m *Manager) Cancel(ctx context.Context, p CancelParams) (*store.Run, error
 		if err != nil {
 			return nil, err
 		}
-		return cur, notActive(cur)
+		return cur, NotActive(cur)
 	}
 	m.countEnded(ended)
 	return ended[len(ended)-1], nil

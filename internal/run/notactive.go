@@ -5,10 +5,10 @@ import (
 	"github.com/agentplane/agentplane/internal/store"
 )
 
-// notActive is ErrRunNotActive for one run, carrying its current state as
+// NotActive is ErrRunNotActive for one run, carrying its current state as
 // every conflict does (DESIGN §2.2) on every surface — HTTP, WebSocket,
-// A2A. It still matches errors.Is(err, ErrRunNotActive).
-func notActive(r *store.Run) error {
+// A2A, the tool API. It still matches errors.Is(err, ErrRunNotActive).
+func NotActive(r *store.Run) error {
 	e := *ErrRunNotActive
 	e.Message += " (it is " + r.Status + ")"
 	e.Details = map[string]any{"run_id": r.RunID, "status": r.Status}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/agentplane/agentplane/internal/respond"
+	"github.com/agentplane/agentplane/internal/run"
 )
 
 // API errors (DESIGN §2.7): each is answered as {"error":{code,message}}.
@@ -37,5 +38,5 @@ func (s *Service) runEnded(ctx context.Context, runID string) error {
 	if err != nil {
 		return ErrRunNotActive
 	}
-	return conflict(ErrRunNotActive.Code, ErrRunNotActive.Message+" (it is "+r.Status+")", map[string]any{"run_id": runID, "status": r.Status})
+	return run.NotActive(r)
 }
