@@ -192,6 +192,9 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 		s.v1.ServeHTTP(w, r.WithContext(ctx))
 		return
 	}
+	if r.Header.Get(a2a.SvcParamVersion) == "" {
+		w = v03Writer{w} // a v0.3 library's client: see v03Writer
+	}
 	s.v03.ServeHTTP(w, r.WithContext(ctx))
 }
 
