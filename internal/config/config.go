@@ -300,6 +300,15 @@ func (c *Config) loadFile() error {
 	if err != nil {
 		return fmt.Errorf("config file: %w", err)
 	}
+	// First as nodes, for the numbers the typed decode would truncate
+	// (numbers.go); then typed, refusing unknown keys.
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		return fmt.Errorf("config file %s: %w", c.ConfigFile, err)
+	}
+	if err := errors.Join(checkNumbers(&root)...); err != nil {
+		return fmt.Errorf("config file %s: %w", c.ConfigFile, err)
+	}
 	dec := yaml.NewDecoder(strings.NewReader(string(b)))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c.File); err != nil && !errors.Is(err, io.EOF) {

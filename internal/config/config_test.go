@@ -2,6 +2,7 @@ package config
 
 import (
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -295,5 +296,75 @@ func TestMaxCallDepth(t *testing.T) {
 		if _, err := Load(nil, env(map[string]string{"AGENTPLANE_MAX_CALL_DEPTH": bad}), io.Discard); err == nil || !strings.Contains(err.Error(), "AGENTPLANE_MAX_CALL_DEPTH") {
 			t.Fatalf("%q: err = %v", bad, err)
 		}
+	}
+}
+
+// yaml.v3 truncates a float written where an integer goes (max_active_runs:
+// 0.5 was 0, no cap) and takes .nan and .inf for a float (NaN passed the
+// negative check and switched the rate limit off): each is refused at start,
+// naming its key. Whole numbers written as floats still mean what they say.
+func TestGovernanceNumbers(t *testing.T) {
+	for yml, want := range map[string]string{
+		"limits: {max_active_runs: 0.5}":                                                    "limits: max_active_runs must be a whole number, got 0.5",
+		"limits: {max_active_runs_per_user: 0.9}":                                           "limits: max_active_runs_per_user must be a whole number, got 0.9",
+		"limits: {max_active_runs_per_user: 1.9}":                                           "limits: max_active_runs_per_user must be a whole number, got 1.9",
+		"limits: {max_ws_per_user: 2.5}":                                                    "limits: max_ws_per_user must be a whole number",
+		"limits: {user_requests_per_second: 1, user_burst: 1.5}":                            "limits: user_burst must be a whole number",
+		"limits: {agent_key_grace_seconds: -0.5}":                                           "limits: agent_key_grace_seconds must be a whole number",
+		"limits: {max_active_runs: -1e300}":                                                 "limits: max_active_runs must be a whole number",
+		"limits: {max_active_runs: .nan}":                                                   "limits: max_active_runs must be a whole number, got .nan",
+		"retention: {days: 1.5}":                                                            "retention: days must be a whole number, got 1.5",
+		"retention: {agents: {ag1: 2.5}}":                                                   "retention: agents: ag1 must be a whole number, got 2.5",
+		"retention: {batch_size: 10.5}":                                                     "retention: batch_size must be a whole number",
+		"limits: {user_requests_per_second: .nan}":                                          "limits: user_requests_per_second must be a finite number, got .nan",
+		"limits: {agent_requests_per_second: .NaN}":                                         "limits: agent_requests_per_second must be a finite number",
+		"limits: {user_requests_per_second: .inf}":                                          "limits: user_requests_per_second must be a finite number, got .inf",
+		"limits: {agent_requests_per_second: -.Inf}":                                        "limits: agent_requests_per_second must be a finite number",
+		"limits: {max_active_runs: &n 2, max_active_runs_per_user: &f 0.5, user_burst: *f}": "limits: user_burst must be a whole number",
+		"limits:\n  <<: {max_active_runs: 0.5}":                                             "limits: max_active_runs must be a whole number",
+	} {
+		_, err := Load(nil, env(map[string]string{"AGENTPLANE_CONFIG": writeFile(t, yml)}), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err %v, want %q", yml, err, want)
+		}
+	}
+	c, err := Load(nil, env(map[string]string{"AGENTPLANE_CONFIG": writeFile(t, "limits: {max_active_runs: 10.0, user_requests_per_second: 0.5}\nretention: {days: 3e1}")}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, r := c.File.Limits, c.File.Retention; l.MaxActiveRuns != 10 || l.UserRequestsPerSecond != 0.5 || l.UserBurst != 1 || r.Days != 30 {
+		t.Fatalf("whole floats and a fractional rate: %+v %+v", l, r)
+	}
+	// A value set other than through the file (a test, a caller building
+	// File) is refused by the range checks all the same.
+	f := File{Limits: Limits{UserRequestsPerSecond: math.NaN(), AgentRequestsPerSecond: math.Inf(1)}}
+	if err := f.checkGovernance(); err == nil || !strings.Contains(err.Error(), "user_requests_per_second") || !strings.Contains(err.Error(), "agent_requests_per_second") {
+		t.Fatalf("NaN and Inf rates: %v", err)
+	}
+	f = File{Limits: Limits{UserRequestsPerSecond: 1e300}}
+	if err := f.checkGovernance(); err != nil || f.Limits.UserBurst != math.MaxInt32 {
+		t.Fatalf("a huge rate's default burst = %d, %v", f.Limits.UserBurst, err)
+	}
+}
+
+// A retention longer than 100 years is refused at start, naming the key:
+// from 106,752 days the sweeper's time.Duration overflowed and every ended
+// session was deleted. (The sweeper saturates as well; see package
+// retention.)
+func TestRetentionDaysBound(t *testing.T) {
+	for yml, want := range map[string]string{
+		"retention: {days: 200000}":              "retention: days must not be negative (0 keeps sessions forever) nor more than 36500",
+		"retention: {days: 36501}":               "retention: days",
+		"retention: {agents: {ag1: 999999}}":     "retention: agents: ag1: days must be at least 1 and at most 36500",
+		"retention: {days: 9223372036854775807}": "retention: days",
+	} {
+		_, err := Load(nil, env(map[string]string{"AGENTPLANE_CONFIG": writeFile(t, yml)}), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err %v, want %q", yml, err, want)
+		}
+	}
+	c, err := Load(nil, env(map[string]string{"AGENTPLANE_CONFIG": writeFile(t, "retention: {days: 36500, agents: {ag1: 36500}}")}), io.Discard)
+	if err != nil || c.File.Retention.Days != MaxRetentionDays || c.File.Retention.Agents["ag1"] != MaxRetentionDays {
+		t.Fatalf("100 years: %v", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -28,11 +29,14 @@ import (
 // Options configure a Sweeper.
 type Options struct {
 	// Days keeps sessions this long after their last activity; 0 keeps
-	// them forever (unless an agent override applies).
+	// them forever (unless an agent override applies). A negative value
+	// is taken as 0, and one longer than a time.Duration holds (about 292
+	// years) as that long.
 	Days int
 	// Agents overrides Days for sessions with runs of these agents; a
 	// session with several agents is kept as long as the longest of them
 	// asks (an agent without an override asks for Days, forever when 0).
+	// Values are bounded as Days is.
 	Agents map[string]int
 	// Interval paces the sweeps (default 1 min); BatchSize is the rows one
 	// statement deletes (default 500); PerSweep bounds the sessions one
@@ -93,6 +97,17 @@ func New(st store.Store, opts Options) *Sweeper {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	// A negative period would put the cutoff in the future and delete
+	// every ended session; the config refuses one, and so, here, does
+	// the safe reading of it: keep.
+	opts.Days = max(opts.Days, 0)
+	if len(opts.Agents) > 0 {
+		agents := make(map[string]int, len(opts.Agents))
+		for a, d := range opts.Agents {
+			agents[a] = max(d, 0)
+		}
+		opts.Agents = agents
 	}
 	return &Sweeper{st: st, opts: opts}
 }
@@ -173,7 +188,7 @@ func (s *Sweeper) keepDays(agents []string) int {
 func (s *Sweeper) shortest() int {
 	m := s.opts.Days
 	for _, d := range s.opts.Agents {
-		if m == 0 || d < m {
+		if d > 0 && (m == 0 || d < m) {
 			m = d
 		}
 	}
@@ -181,6 +196,22 @@ func (s *Sweeper) shortest() int {
 }
 
 const day = 24 * time.Hour
+
+// maxDays is the longest period a time.Duration holds, in whole days
+// (106,751: about 292 years).
+const maxDays = int(math.MaxInt64 / int64(day))
+
+// period is days as a duration, saturated: time.Duration(days) * day
+// overflows from 106,752 days and wraps negative, which put the cutoff in
+// the future and deleted every ended session (found by an external audit:
+// days 200000; an agent's 999999). A longer period is as long as any
+// session can have been idle.
+func period(days int) time.Duration {
+	if days > maxDays {
+		return math.MaxInt64
+	}
+	return time.Duration(max(days, 0)) * day
+}
 
 // Sweep finishes purges cut short, then looks at up to PerSweep old
 // sessions and deletes those that are due. It returns what it deleted.
@@ -212,7 +243,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (*Result, error) {
 		return res, nil
 	}
 	shortest := s.shortest()
-	s.cursor.Before = now.Add(-time.Duration(shortest) * day).UnixMilli()
+	s.cursor.Before = now.Add(-period(shortest)).UnixMilli()
 	s.cursor.Limit = s.opts.PerSweep
 	page, err := s.st.SessionListByAge(ctx, &s.cursor)
 	if err != nil {
@@ -242,7 +273,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (*Result, error) {
 			return res, err
 		}
 		days := s.keepDays(a.Agents)
-		cutoff := now.Add(-time.Duration(days) * day).UnixMilli()
+		cutoff := now.Add(-period(days)).UnixMilli()
 		if days == 0 || a.Active || a.LastActivity >= cutoff {
 			continue
 		}
@@ -271,7 +302,7 @@ func (s *Sweeper) pruneAgentSession(ctx context.Context, sessionID string, now t
 	if days == 0 {
 		return nil
 	}
-	cutoff := now.Add(-time.Duration(days) * day).UnixMilli()
+	cutoff := now.Add(-period(days)).UnixMilli()
 	total := 0
 	for {
 		n, err := s.st.EventsDeleteBefore(ctx, sessionID, cutoff, s.opts.BatchSize)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -179,4 +180,55 @@ func TestAgentSessionEventsArePruned(t *testing.T) {
 			t.Fatalf("%d events left", n)
 		}
 	})
+}
+
+// A period longer than a time.Duration holds saturates instead of wrapping:
+// from 106,752 days time.Duration(days)*24h overflowed negative, the cutoff
+// landed in the future and every ended session was deleted (an external
+// audit: days 200000 purged a fresh session, an agent's 999999 a 31-day-old
+// one). A negative period, which the config refuses, deletes nothing.
+func TestHugePeriodsNeverWrap(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, dialect string) {
+		s := testdb.Open(t, dialect)
+		now := t0
+		ctx := context.Background()
+		fresh := session(t, s, "a", ms(1, now), false)
+		keeper := session(t, s, "ag1", ms(31, now), false)
+		old := session(t, s, "a", ms(40, now), false)
+		if _, err := s.SessionCreate(ctx, &store.SessionCreateParams{SessionID: "agent:ag1", CreatedAt: ms(100, now)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.EventsAppend(ctx, []store.EventParams{{SessionID: "agent:ag1", TS: ms(2, now), Type: "llm_call_done", Payload: json.RawMessage(`{}`)}}); err != nil {
+			t.Fatal(err)
+		}
+		clock := func() time.Time { return now }
+		for name, opts := range map[string]Options{
+			"days":     {Days: 200000},
+			"max int":  {Days: math.MaxInt},
+			"agent":    {Days: 30, Agents: map[string]int{"ag1": 999999, "a": 999999}},
+			"negative": {Days: -1, Agents: map[string]int{"ag1": -5}},
+		} {
+			opts.Owner, opts.Now, opts.AgentSessionPrefix = "p", clock, "agent:"
+			res, err := New(s, opts).Sweep(ctx)
+			if err != nil || res.Sessions != 0 || res.Rows["events"] != 0 || !exists(t, s, fresh) || !exists(t, s, keeper) || !exists(t, s, old) {
+				t.Fatalf("%s: sweep = %+v, %v; fresh %v keeper %v old %v", name, res, err, exists(t, s, fresh), exists(t, s, keeper), exists(t, s, old))
+			}
+		}
+		// The longest period still deletes what is older than the others ask.
+		res, err := New(s, Options{Days: 30, Agents: map[string]int{"ag1": 999999}, Owner: "p", Now: clock}).Sweep(ctx)
+		if err != nil || res.Sessions != 1 || exists(t, s, old) || !exists(t, s, keeper) || !exists(t, s, fresh) {
+			t.Fatalf("sweep = %+v, %v", res, err)
+		}
+	})
+}
+
+func TestPeriodSaturates(t *testing.T) {
+	for days, want := range map[int]time.Duration{
+		0: 0, -3: 0, 1: day, 30: 30 * day, maxDays: time.Duration(maxDays) * day,
+		maxDays + 1: math.MaxInt64, 200000: math.MaxInt64, math.MaxInt: math.MaxInt64,
+	} {
+		if got := period(days); got != want || got < 0 {
+			t.Errorf("period(%d) = %v, want %v", days, got, want)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -260,6 +261,13 @@ func (t *Tool) Decide(in Input) (Decision, error) {
 func DecodeArgs(args json.RawMessage) (map[string]any, error) {
 	var m map[string]any
 	if err := json.Unmarshal(args, &m); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && strings.HasPrefix(te.Value, "number") {
+			// encoding/json quotes the number ("cannot unmarshal number
+			// 12e999"), which may be a redacted argument's value: the error
+			// is the agent's invalid_args answer.
+			return nil, fmt.Errorf("tool: decode args: a number is too large for a float64 (at byte %d)", te.Offset)
+		}
 		return nil, fmt.Errorf("tool: decode args: %w", err)
 	}
 	if m == nil {

@@ -1,6 +1,7 @@
 package tool
 
 import (
+	"encoding/json"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,11 +16,13 @@ const minScrubbed = 4
 const withheldText = "(withheld: the message may show a redacted argument)"
 
 // scrubRedacted returns text — a policy rule's error message, which CEL
-// builds from the values it evaluated ("no such key: 4111…") — with every
-// value at the tool's redaction paths in args replaced by "[redacted]", or
-// withheld where a piece of one remains, so a redacted value never reaches
-// the policy_decision event or the log (DESIGN §15). args are the decoded
-// args the rules evaluated.
+// builds from the values it evaluated ("no such key: 4111…"), or a schema
+// check's, which quotes the value it refused ("'4111…' does not match
+// pattern …") — with every value at the tool's redaction paths in args
+// replaced by "[redacted]", or withheld where a piece of one remains, so a
+// redacted value never reaches the policy_decision event, an invalid_args
+// answer or the log (DESIGN §15). args are the decoded args the text was
+// built from (numbers as float64 or json.Number).
 func (t *Tool) scrubRedacted(args map[string]any, text string) string {
 	if len(t.Def.Redact) == 0 {
 		return text
@@ -31,11 +34,7 @@ func (t *Tool) scrubRedacted(args map[string]any, text string) string {
 	// Longest first, so a value containing another is replaced whole.
 	sort.Slice(secrets, func(i, j int) bool { return len(secrets[i]) > len(secrets[j]) })
 	for _, s := range secrets {
-		forms := []string{s}
-		if q := strconv.Quote(s); q[1:len(q)-1] != s {
-			forms = append(forms, q[1:len(q)-1]) // as CEL quotes it
-		}
-		for _, f := range forms {
+		for _, f := range quotedForms(s) {
 			if f == "" || !strings.Contains(text, f) {
 				continue
 			}
@@ -56,6 +55,22 @@ func (t *Tool) scrubRedacted(args map[string]any, text string) string {
 		}
 	}
 	return text
+}
+
+// quotedForms is s as it may appear inside a message: as it is, escaped
+// the way CEL quotes it (Go's %q), and the way the schema library quotes
+// it (%q, but with ' escaped and " not).
+func quotedForms(s string) []string {
+	forms := []string{s}
+	q := strconv.Quote(s)
+	q = q[1 : len(q)-1]
+	if q != s {
+		forms = append(forms, q)
+	}
+	if sq := strings.ReplaceAll(strings.ReplaceAll(q, `\"`, `"`), `'`, `\'`); sq != s && sq != q {
+		forms = append(forms, sq)
+	}
+	return forms
 }
 
 // collectAt appends the text of every string and number at path below v
@@ -89,7 +104,12 @@ func collectScalars(v any, out *[]string) {
 	case string:
 		*out = append(*out, x)
 	case float64:
-		*out = append(*out, strconv.FormatFloat(x, 'g', -1, 64), strconv.FormatFloat(x, 'f', -1, 64))
+		*out = append(*out, numberForms(x)...)
+	case json.Number:
+		*out = append(*out, x.String())
+		if f, err := x.Float64(); err == nil {
+			*out = append(*out, numberForms(f)...)
+		}
 	case map[string]any:
 		for _, e := range x {
 			collectScalars(e, out)
@@ -99,6 +119,13 @@ func collectScalars(v any, out *[]string) {
 			collectScalars(e, out)
 		}
 	}
+}
+
+// numberForms is x as messages spell it: CEL's and Go's shortest and plain
+// forms, and the schema library's, which prints through an English
+// message.Printer ("1,234", "4.1×10¹⁵").
+func numberForms(x float64) []string {
+	return []string{strconv.FormatFloat(x, 'g', -1, 64), strconv.FormatFloat(x, 'f', -1, 64), printer.Sprintf("%v", x)}
 }
 
 // scrubbedError is err with a scrubbed text: errors.Is and As still see err

@@ -114,13 +114,34 @@ func (t *Tool) ValidateArgs(args json.RawMessage) error {
 	if err != nil {
 		return &ArgsError{Message: fmt.Sprintf("args are not valid JSON: %v", err), Err: err}
 	}
-	if _, ok := doc.(map[string]any); !ok {
+	obj, ok := doc.(map[string]any)
+	if !ok {
 		return &ArgsError{Message: "args must be a JSON object, got " + jsonTypeName(doc)}
 	}
 	err = t.schema.Validate(doc)
 	if err == nil {
 		return nil
 	}
+	return t.scrubArgsError(obj, schemaArgsError(err))
+}
+
+// scrubArgsError keeps the tool's redacted values out of an args error: the
+// schema library quotes the value it refused (a pattern's or a format's
+// "'4111…' does not match …"), and the message is the agent's 400
+// invalid_args answer (DESIGN §15: redacted values are in no answer).
+func (t *Tool) scrubArgsError(args map[string]any, ae *ArgsError) *ArgsError {
+	if !t.Redacts() {
+		return ae
+	}
+	ae.Message = t.scrubRedacted(args, ae.Message)
+	if ae.Err != nil {
+		ae.Err = scrubbedError{t.scrubRedacted(args, ae.Err.Error()), ae.Err}
+	}
+	return ae
+}
+
+// schemaArgsError describes a failed validation by its first problem.
+func schemaArgsError(err error) *ArgsError {
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
 		return &ArgsError{Message: err.Error(), Err: err}

@@ -112,3 +112,65 @@ func TestDecodeArgs(t *testing.T) {
 		}
 	}
 }
+
+// The schema library quotes the value it refuses ("'…' does not match
+// pattern …", "maximum: got 1,234 …"); where the tool redacts that
+// argument, the message — the agent's 400 invalid_args — shows
+// "[redacted]" instead, or is withheld where a piece of the value would
+// remain, as a policy rule's error is (DESIGN §15; an external audit found the pattern case).
+func TestValidateArgsNeverShowsRedactedValues(t *testing.T) {
+	tl := mustCompile(t, tool.Definition{
+		Name: "pay", Kind: tool.KindServer, Endpoint: "http://x",
+		Redact: []string{"card.number", "card.pin", "cards.*.cvv", "note"},
+		Parameters: json.RawMessage(`{"type": "object", "properties": {
+			"card": {"type": "object", "properties": {
+				"number": {"type": "string", "pattern": "^[0-9]+$"},
+				"pin": {"type": "number", "maximum": 999}}},
+			"cards": {"type": "array", "items": {"type": "object", "properties": {"cvv": {"type": "string", "pattern": "^[0-9]{3}$"}}}},
+			"note": {"type": "string", "pattern": "^[a-z]+$"},
+			"to": {"type": "string", "pattern": "^[a-z]+$"}}}`),
+	})
+	for name, tc := range map[string]struct {
+		args    string
+		secrets []string
+		path    string
+		want    string // in the message; "" = withheld
+	}{
+		"pattern":           {`{"card": {"number": "SCHEMASECRET77x"}}`, []string{"SCHEMASECRET77x", "SECR"}, "/card/number", "'[redacted]' does not match pattern"},
+		"number as printed": {`{"card": {"pin": 1234}}`, []string{"1,234", "1234"}, "/card/pin", "maximum: got [redacted], want 999"},
+		"array element":     {`{"cards": [{"cvv": "12ab"}]}`, []string{"12ab"}, "/cards/0/cvv", "'[redacted]' does not match"},
+		"quoted as escaped": {`{"note": "it's a secret"}`, []string{`it\'s a secret`, "secret"}, "/note", "'[redacted]' does not match"},
+		"too short":         {`{"cards": [{"cvv": "x7"}]}`, []string{"x7"}, "/cards/0/cvv", ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := tl.ValidateArgs(json.RawMessage(tc.args))
+			var ae *tool.ArgsError
+			if !errors.As(err, &ae) || ae.Path != tc.path {
+				t.Fatalf("err = %v, want an *ArgsError at %s", err, tc.path)
+			}
+			for _, text := range []string{ae.Error(), ae.Err.Error()} {
+				for _, s := range tc.secrets {
+					if strings.Contains(text, s) {
+						t.Errorf("the error shows the redacted %q: %s", s, text)
+					}
+				}
+			}
+			if tc.want == "" && !strings.Contains(ae.Message, "withheld") {
+				t.Errorf("Message = %q, want it withheld", ae.Message)
+			}
+			if tc.want != "" && !strings.Contains(ae.Message, tc.want) {
+				t.Errorf("Message = %q, want %q", ae.Message, tc.want)
+			}
+		})
+	}
+	// A value the tool does not redact is quoted as the library wrote it.
+	err := tl.ValidateArgs(json.RawMessage(`{"to": "Bob1"}`))
+	if err == nil || !strings.Contains(err.Error(), "'Bob1' does not match") {
+		t.Errorf("unredacted value: %v, want it quoted", err)
+	}
+	// encoding/json quotes a number it cannot hold; DecodeArgs does not
+	// (its error is an invalid_args answer too).
+	if _, err := tool.DecodeArgs(json.RawMessage(`{"card": {"number": 12e999}}`)); err == nil || strings.Contains(err.Error(), "12e999") {
+		t.Errorf("DecodeArgs of a huge number: %v, want an error without it", err)
+	}
+}
