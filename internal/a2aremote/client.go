@@ -117,7 +117,7 @@ func (c *Client) Invoke(ctx context.Context, _ string, req agent.InvokeRequest, 
 	if tp == "" {
 		tp = agent.NewTraceparent()
 	}
-	params := a2aclient.ServiceParams{"traceparent": {tp}, "x-run-id": {req.RunID}, "x-session-id": {req.SessionID}}
+	params := runParams(tp, req.RunID, req.SessionID)
 
 	st := &callState{}
 	callCtx, cancel := context.WithCancelCause(withState(ctx, st))
@@ -133,6 +133,9 @@ func (c *Client) Invoke(ctx context.Context, _ string, req agent.InvokeRequest, 
 	} else {
 		err = m.send(callCtx, client, &a2a.SendMessageRequest{Message: msg})
 	}
+	// A tasks/cancel carries the run's headers too, so the remote can tell
+	// which run (and trace) it ends.
+	ctx = a2aclient.AttachServiceParams(ctx, params)
 	if ctx.Err() != nil {
 		// The run ended here: the remote task is ended too.
 		c.cancelRemote(ctx, client, m)
@@ -194,11 +197,18 @@ func (c *Client) sendCancel(ctx context.Context, client *a2aclient.Client, taskI
 	return err
 }
 
+// runParams are the headers of every A2A request made for a run.
+func runParams(traceparent, runID, sessionID string) a2aclient.ServiceParams {
+	return a2aclient.ServiceParams{"traceparent": {traceparent}, "x-run-id": {runID}, "x-session-id": {sessionID}}
+}
+
 // CancelTask sends tasks/cancel for a remote task of the agent whose card
 // (as registered) is given: what the process driving a run sends when the
 // run ends while the task runs, sent instead by the process that fails the
-// run after its driver died (run.Manager's orphan sweep).
-func (c *Client) CancelTask(ctx context.Context, cardJSON json.RawMessage, taskID string) error {
+// run after its driver died (run.Manager's orphan sweep). It carries the
+// run's headers as the run's other requests did (a trace of its own: the
+// dead process's spans are gone).
+func (c *Client) CancelTask(ctx context.Context, cardJSON json.RawMessage, taskID, runID, sessionID string) error {
 	card, err := parseCard(cardJSON)
 	if err != nil {
 		return err
@@ -208,13 +218,13 @@ func (c *Client) CancelTask(ctx context.Context, cardJSON json.RawMessage, taskI
 		return err
 	}
 	defer client.Destroy()
-	return c.sendCancel(ctx, client, taskID)
+	return c.sendCancel(a2aclient.AttachServiceParams(ctx, runParams(agent.NewTraceparent(), runID, sessionID)), client, taskID)
 }
 
 // CancelRemoteTask is Client.CancelTask (run.Manager finds it on its
 // Invoker).
-func (i *Invoker) CancelRemoteTask(ctx context.Context, card json.RawMessage, taskID string) error {
-	return i.A2A.CancelTask(ctx, card, taskID)
+func (i *Invoker) CancelRemoteTask(ctx context.Context, card json.RawMessage, taskID, runID, sessionID string) error {
+	return i.A2A.CancelTask(ctx, card, taskID, runID, sessionID)
 }
 
 // handlerError is an error of the run's handler, returned as it is.

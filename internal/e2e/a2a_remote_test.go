@@ -35,6 +35,7 @@ type remoteA2A struct {
 	mu        sync.Mutex
 	continued []string
 	cancelled []string
+	cancelRun []string    // each tasks/cancel's x-run-id, and whether it had a traceparent
 	started   chan string // task ids of slow tasks once they stream
 }
 
@@ -73,6 +74,9 @@ func (e *remoteA2A) Cancel(ctx context.Context, ec *a2asrv.ExecutorContext) iter
 	return func(yield func(a2a.Event, error) bool) {
 		e.mu.Lock()
 		e.cancelled = append(e.cancelled, string(ec.TaskID))
+		runID, _ := ec.ServiceParams.Get("x-run-id")
+		tp, _ := ec.ServiceParams.Get("traceparent")
+		e.cancelRun = append(e.cancelRun, fmt.Sprintf("%s traceparent=%v", strings.Join(runID, ","), len(tp) == 1 && len(tp[0]) == 55))
 		e.mu.Unlock()
 		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCanceled, nil), nil)
 	}
@@ -252,6 +256,13 @@ func TestA2ARemoteAgent(t *testing.T) {
 			t.Fatalf("orphaned run %v", run)
 		}
 		streamer.waitCancelled(t, slowTask, orphanTask)
+		// Both cancels said which run they end, as the run's other requests did.
+		streamer.mu.Lock()
+		sent := slices.Clone(streamer.cancelRun)
+		streamer.mu.Unlock()
+		if want := []string{sv(started, "run_id") + " traceparent=true", sv(orphan, "run_id") + " traceparent=true"}; !slices.Equal(sent, want) {
+			t.Errorf("the cancels' headers: %q, want %q", sent, want)
+		}
 		c = dial(t, s, "alice", "alice-key")
 
 		// Health is the card: healthy while it answers, unhealthy once gone.

@@ -65,7 +65,7 @@ func (m *Manager) failOrphans(ctx context.Context, atStart bool) (int, error) {
 // remoteTaskCanceller is what an Invoker that reaches remote A2A agents
 // offers (a2aremote.Invoker): tasks/cancel for a task by id.
 type remoteTaskCanceller interface {
-	CancelRemoteTask(ctx context.Context, card json.RawMessage, taskID string) error
+	CancelRemoteTask(ctx context.Context, card json.RawMessage, taskID, runID, sessionID string) error
 }
 
 // cancelOrphanedRemoteTask sends tasks/cancel for the remote task of an
@@ -87,7 +87,7 @@ func (m *Manager) cancelOrphanedRemoteTask(ctx context.Context, r *store.Run) {
 		return
 	}
 	go func() {
-		if err := rc.CancelRemoteTask(context.WithoutCancel(ctx), ag.A2ACard, taskID); err != nil {
+		if err := rc.CancelRemoteTask(context.WithoutCancel(ctx), ag.A2ACard, taskID, r.RunID, r.SessionID); err != nil {
 			m.opts.Logger.Info("could not cancel an orphaned run's remote task", "run_id", r.RunID, "agent_id", r.AgentID, "task_id", taskID, "err", err)
 		}
 	}()
