@@ -218,6 +218,9 @@ type Queries interface {
 	// when the run already has a call with that idempotency key.
 	ToolCallInsert(ctx context.Context, p *ToolCallInsertParams) (*ToolCall, error)
 	ToolCallGet(ctx context.Context, toolCallID string) (*ToolCall, error)
+	// ToolCallGetByKey reads the run's call with that idempotency key
+	// (ErrNotFound when none).
+	ToolCallGetByKey(ctx context.Context, runID, idempotencyKey string) (*ToolCall, error)
 	ToolCallTransition(ctx context.Context, p *ToolCallTransitionParams) (*ToolCall, error)
 	ToolCallListDue(ctx context.Context, p *ToolCallListDueParams) ([]*ToolCall, error)
 	ToolCallListActiveByRun(ctx context.Context, runID string) ([]*ToolCall, error)

@@ -1,6 +1,7 @@
 package tool
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -257,18 +258,25 @@ func (t *Tool) Decide(in Input) (Decision, error) {
 }
 
 // DecodeArgs decodes raw args into the form Input.Args expects. args must be
-// a JSON object.
+// a JSON object. A number beyond float64 (1e999999: JSON allows it, and args
+// are stored as sent) is decoded as json.Number and reaches the policy as
+// ±Inf (or 0), what float64 makes of it, rather than refusing the call.
 func DecodeArgs(args json.RawMessage) (map[string]any, error) {
 	var m map[string]any
 	if err := json.Unmarshal(args, &m); err != nil {
 		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && strings.HasPrefix(te.Value, "number") {
-			// encoding/json quotes the number ("cannot unmarshal number
-			// 12e999"), which may be a redacted argument's value: the error
-			// is the agent's invalid_args answer.
-			return nil, fmt.Errorf("tool: decode args: a number is too large for a float64 (at byte %d)", te.Offset)
+		if !errors.As(err, &te) || !strings.HasPrefix(te.Value, "number") {
+			return nil, fmt.Errorf("tool: decode args: %w", err)
 		}
-		return nil, fmt.Errorf("tool: decode args: %w", err)
+		// The rare slow way; the error above quotes the number, which may
+		// be a redacted argument's value, so it is never shown.
+		dec := json.NewDecoder(bytes.NewReader(args))
+		dec.UseNumber()
+		m = nil
+		if err := dec.Decode(&m); err != nil {
+			return nil, errors.New("tool: decode args: the args are not a JSON object")
+		}
+		m = normalizeArgs(m)
 	}
 	if m == nil {
 		return nil, errors.New("tool: decode args: args must be a JSON object, got null")
@@ -291,7 +299,9 @@ func normalizeArgs(m map[string]any) map[string]any {
 func convertNumbers(v any) any {
 	switch v := v.(type) {
 	case json.Number:
-		if f, err := strconv.ParseFloat(string(v), 64); err == nil {
+		// Out of range, ParseFloat gives ±Inf or 0 with ErrRange: what a
+		// float64 can say of the number.
+		if f, err := strconv.ParseFloat(string(v), 64); err == nil || errors.Is(err, strconv.ErrRange) {
 			return f
 		}
 		return string(v)

@@ -3,6 +3,7 @@ package tool_test
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -106,7 +107,16 @@ func TestDecodeArgs(t *testing.T) {
 	if m["amount"] != 150.0 || m["to"] != "bob" {
 		t.Errorf("DecodeArgs = %v", m)
 	}
-	for _, bad := range []string{`null`, `[1]`, `"s"`, ``, `{`} {
+	// Numbers beyond float64 are valid JSON and args are kept as sent: the
+	// call is not refused, and the policy sees what float64 makes of them.
+	m, err = tool.DecodeArgs(json.RawMessage(`{"n": 1e999999, "card": {"m": -1e400}, "k": [1e-999, 2], "s": "x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["n"] != math.Inf(1) || m["card"].(map[string]any)["m"] != math.Inf(-1) || m["k"].([]any)[0] != 0.0 || m["k"].([]any)[1] != 2.0 || m["s"] != "x" {
+		t.Errorf("DecodeArgs of numbers beyond float64 = %v", m)
+	}
+	for _, bad := range []string{`null`, `[1]`, `"s"`, ``, `{`, `[1e999]`} {
 		if _, err := tool.DecodeArgs(json.RawMessage(bad)); err == nil {
 			t.Errorf("DecodeArgs(%q) accepted", bad)
 		}
@@ -168,9 +178,10 @@ func TestValidateArgsNeverShowsRedactedValues(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "'Bob1' does not match") {
 		t.Errorf("unredacted value: %v, want it quoted", err)
 	}
-	// encoding/json quotes a number it cannot hold; DecodeArgs does not
-	// (its error is an invalid_args answer too).
-	if _, err := tool.DecodeArgs(json.RawMessage(`{"card": {"number": 12e999}}`)); err == nil || strings.Contains(err.Error(), "12e999") {
-		t.Errorf("DecodeArgs of a huge number: %v, want an error without it", err)
+	// encoding/json quotes a number it cannot hold; DecodeArgs takes it
+	// (TestDecodeArgs) and, refusing broken args, does not quote it (its
+	// error is an invalid_args answer too).
+	if _, err := tool.DecodeArgs(json.RawMessage(`{"card": {"number": 12e999}, "x": }`)); err == nil || strings.Contains(err.Error(), "12e999") {
+		t.Errorf("DecodeArgs of broken args with a huge number: %v, want an error without it", err)
 	}
 }

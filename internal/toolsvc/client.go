@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/agentplane/agentplane/internal/respond"
@@ -68,6 +69,19 @@ func (s *Service) SubmitClientResult(ctx context.Context, r ClientResult) (*Call
 	var current *store.ToolCall
 	_, err = s.commit(ctx, c.SessionID, c.RunID, func(st *step) error {
 		done, current = nil, nil
+		if c.DeadlineAt > 0 && st.at >= c.DeadlineAt {
+			// Too late: the answer was due before deadline_ts. The call
+			// times out now, as the sweeper would have it a moment later,
+			// and the answer is dropped — not taken because the sweeper
+			// had not come round yet (found by an external audit).
+			msg := fmt.Sprintf("no result within the tool timeout of %d ms", c.TimeoutMS)
+			d, err := st.finish(c, []string{store.ToolCallWaitingClient}, store.ToolCallTimeout, nil, errorJSON("timeout", msg, nil), st.at)
+			current = d
+			if errors.Is(err, store.ErrConflict) {
+				return nil
+			}
+			return err
+		}
 		d, err := st.finish(c, []string{store.ToolCallWaitingClient}, status, result, errJSON, 0)
 		if errors.Is(err, store.ErrConflict) {
 			current = d

@@ -51,7 +51,7 @@ func (s *Service) invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 	}
 	t, err := s.lookup(ctx, p.ToolName)
 	if err != nil {
-		return nil, err
+		return s.replay(ctx, p, err)
 	}
 	// The run's facts (whose agent, session and user it is) never change:
 	// read once. Whether it may still call a tool is decided in the
@@ -70,7 +70,7 @@ func (s *Service) invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 		return nil, err
 	}
 	if !t.AllowsAgent(p.AgentID) {
-		return nil, ErrToolForbidden
+		return s.replay(ctx, p, ErrToolForbidden)
 	}
 	target := ""
 	if t.Def.Kind == tool.KindAgent {
@@ -79,24 +79,21 @@ func (s *Service) invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 		target = strings.TrimPrefix(t.Def.Name, tool.AgentToolPrefix)
 		if s.opts.Runs != nil {
 			if err := s.opts.Runs.CheckLink(ctx, s.st, run, target); err != nil {
-				return nil, err
+				return s.replay(ctx, p, err)
 			}
 		}
 	}
-	args := p.Args
-	if len(bytes.TrimSpace(args)) == 0 || bytes.Equal(bytes.TrimSpace(args), []byte("null")) {
-		args = json.RawMessage("{}")
-	}
+	args := objectArgs(p.Args)
 	if err := t.ValidateArgs(args); err != nil {
 		var ae *tool.ArgsError
 		if errors.As(err, &ae) {
-			return nil, badRequest("invalid_args", ae.Error())
+			return s.replay(ctx, p, badRequest("invalid_args", ae.Error()))
 		}
 		return nil, err
 	}
 	argsMap, err := tool.DecodeArgs(args)
 	if err != nil {
-		return nil, badRequest("invalid_args", err.Error())
+		return s.replay(ctx, p, badRequest("invalid_args", err.Error()))
 	}
 	canonical, hash := canonicalArgs(args)
 	began := time.Now()
@@ -223,6 +220,37 @@ func (s *Service) invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 		return nil, err
 	}
 	return s.settle(ctx, c, p.NoWait)
+}
+
+// replay answers a retry whose call exists as the first try was answered,
+// whatever the registry says now: the same idempotency_key returns the same
+// tool_call_id (DESIGN §2.3), though the tool's schema, agents or links
+// changed, or it was deleted, since the call was made — a retry (the SDKs
+// retry on 502–504) must not report a refusal for a call that ran (found by
+// an external audit). Without such a call the refusal stands. Checked only
+// when refusing, so a call that passes pays nothing for it.
+func (s *Service) replay(ctx context.Context, p InvokeParams, refused error) (*CallView, error) {
+	if p.IdempotencyKey == "" {
+		return nil, refused
+	}
+	c, err := s.st.ToolCallGetByKey(ctx, p.RunID, p.IdempotencyKey)
+	if err != nil || c.AgentID != p.AgentID || (c.ToolName != p.ToolName && tool.FunctionName(c.ToolName) != p.ToolName) {
+		return nil, refused
+	}
+	if _, hash := canonicalArgs(objectArgs(p.Args)); hash != c.ArgsHash {
+		e := *ErrIdempotencyConflict
+		e.Details = map[string]any{"tool_call_id": c.ToolCallID}
+		return nil, &e
+	}
+	return s.settle(ctx, c, p.NoWait)
+}
+
+// objectArgs is the args an invoke sent, none or null read as {}.
+func objectArgs(args json.RawMessage) json.RawMessage {
+	if t := bytes.TrimSpace(args); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		return json.RawMessage("{}")
+	}
+	return args
 }
 
 // inlineWaited: an invoke of c waits for it (bounded) — an allowed server,

@@ -172,6 +172,38 @@ func TestIdempotentInvoke(t *testing.T) {
 		if err != nil || v2.ToolCallID == ids[0] {
 			t.Fatalf("key in another run: %+v %v", v2, err)
 		}
+
+		// A retry after the registry changed answers as the first try did:
+		// the schema narrowed, the tool given to other agents, the tool
+		// deleted (an external audit saw invalid_args, forbidden and
+		// tool_not_found for a call that had run). A new key is refused.
+		narrowed := transferTool("")
+		narrowed.Parameters = json.RawMessage(`{"type":"object","properties":{"amount":{"type":"number","maximum":10}}}`)
+		narrowed.Agents = []string{"someone-else"}
+		h.put(narrowed)
+		for _, name := range []string{"payments.transfer", "payments__transfer"} {
+			if v, err := h.invoke(r, name, `{"amount":50,"to":"bob"}`, "key-1"); err != nil || v.ToolCallID != ids[0] || v.Status != StatusSucceeded {
+				t.Fatalf("retry as %s after the tool changed: %+v %v", name, v, err)
+			}
+		}
+		if _, err := h.invoke(r, "payments.transfer", `{"to":"bob","amount":50}`, "key-2"); code(err) != "forbidden" {
+			t.Fatalf("a new key after the tool changed: %v", err)
+		}
+		if err := h.svc.DeleteTool(h.ctx, "payments.transfer"); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := h.invoke(r, "payments.transfer", `{"to":"bob","amount":50}`, "key-1"); err != nil || v.ToolCallID != ids[0] || v.Status != StatusSucceeded {
+			t.Fatalf("retry after the tool was deleted: %+v %v", v, err)
+		}
+		if _, err := h.invoke(r, "payments.transfer", `{"to":"bob","amount":52}`, "key-1"); code(err) != "idempotency_conflict" {
+			t.Fatalf("same key, other args, tool deleted: %v", err)
+		}
+		if _, err := h.invoke(r, "payments.transfer", `{"to":"bob","amount":50}`, "key-3"); code(err) != "tool_not_found" {
+			t.Fatalf("a new key after the tool was deleted: %v", err)
+		}
+		if n := h.totalExecutions(); n != 2 {
+			t.Fatalf("tool ran %d times, want 2 (one per run)", n)
+		}
 		h.finish()
 	})
 }
@@ -525,6 +557,20 @@ func TestClientTool(t *testing.T) {
 		}
 		if _, err := h.svc.SubmitClientResult(h.ctx, ClientResult{UserID: "alice", ToolCallID: v.ToolCallID, OK: true}); code(err) != "tool_call_not_waiting" {
 			t.Fatalf("late result: %v", err)
+		}
+		// A result after the deadline but before the sweeper came round is
+		// dropped too: the call times out then (an external audit saw most
+		// such results taken as SUCCEEDED).
+		v = h.mustInvoke(r, "client.now", `{}`)
+		h.skew.Store(12000)
+		if _, err := h.svc.SubmitClientResult(h.ctx, ClientResult{UserID: "alice", ToolCallID: v.ToolCallID, OK: true, Result: json.RawMessage(`1`)}); code(err) != "tool_call_not_waiting" {
+			t.Fatalf("result after the deadline: %v", err)
+		}
+		if c := h.call(v.ToolCallID); c.Status != store.ToolCallTimeout || c.Result != nil {
+			t.Fatalf("result after the deadline: the call is %s %s", c.Status, c.Result)
+		}
+		if n, _ := h.svc.Sweep(h.ctx); n != 0 {
+			t.Fatalf("swept %d after the late result timed the call out", n)
 		}
 		h.finish()
 	})

@@ -81,6 +81,18 @@ func (q *queries) ToolCallInsert(ctx context.Context, p *store.ToolCallInsertPar
 	return nil, fmt.Errorf("insert tool call %s: id taken: %w", p.ToolCallID, store.ErrConflict)
 }
 
+// ToolCallGetByKey reads the run's call with that idempotency key.
+func (q *queries) ToolCallGetByKey(ctx context.Context, runID, idempotencyKey string) (*store.ToolCall, error) {
+	if idempotencyKey == "" {
+		return nil, fmt.Errorf("get tool call of run %s by key: no key: %w", runID, store.ErrNotFound)
+	}
+	c, err := scanToolCall(q.queryRow(ctx, false, `SELECT `+toolCallCols+` FROM tool_calls WHERE run_id = ? AND idempotency_key = ?`, runID, idempotencyKey))
+	if err != nil {
+		return nil, fmt.Errorf("get tool call of run %s by key %q: %w", runID, idempotencyKey, mapErr(q.d, err))
+	}
+	return c, nil
+}
+
 // ToolCallGet reads a tool call.
 func (q *queries) ToolCallGet(ctx context.Context, toolCallID string) (*store.ToolCall, error) {
 	c, err := scanToolCall(q.queryRow(ctx, false, `SELECT `+toolCallCols+` FROM tool_calls WHERE tool_call_id = ?`, toolCallID))

@@ -311,6 +311,18 @@ func TestToolCallIdempotencyKey(t *testing.T) {
 		if other.ToolCallID == first.ToolCallID {
 			t.Fatal("same key in another run returned the first run's call")
 		}
+		// Read back by its key, within its run only.
+		if got, err := s.ToolCallGetByKey(ctx, rid, "step-1"); err != nil || got.ToolCallID != first.ToolCallID {
+			t.Fatalf("get by key: %+v %v, want %s", got, err, first.ToolCallID)
+		}
+		if got, err := s.ToolCallGetByKey(ctx, rid2, "step-1"); err != nil || got.ToolCallID != other.ToolCallID {
+			t.Fatalf("get by key in the other run: %+v %v, want %s", got, err, other.ToolCallID)
+		}
+		for _, key := range []string{"step-2", ""} {
+			if _, err := s.ToolCallGetByKey(ctx, rid, key); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("get by key %q: %v, want ErrNotFound", key, err)
+			}
+		}
 		// No key, no deduplication.
 		insertCall(t, s, sid, rid, "")
 		insertCall(t, s, sid, rid, "")
