@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -194,6 +195,10 @@ func newGoMCPServer(t *testing.T) *goMCPServer {
 	mcp.AddTool(srv, &mcp.Tool{Name: "add", Description: "Adds two numbers."}, func(ctx context.Context, req *mcp.CallToolRequest, in addIn) (*mcp.CallToolResult, map[string]any, error) {
 		g.count("add")
 		return nil, map[string]any{"sum": in.A + in.B}, nil
+	})
+	mcp.AddTool(srv, &mcp.Tool{Name: "refuse", Description: "Answers a JSON-RPC error."}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		g.count("refuse")
+		return nil, nil, &jsonrpc.Error{Code: -32001, Message: "custom rpc failure", Data: json.RawMessage(`{"why":"closed"}`)}
 	})
 	mcp.AddTool(srv, &mcp.Tool{Name: "hold", Description: "Answers when released."}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 		g.count("hold")
@@ -497,7 +502,7 @@ func TestMCPToolApproval(t *testing.T) {
 		g := newGoMCPServer(t)
 		s := startServer(t, dsn, "--shutdown-grace", "1s")
 		putMCPServer(t, s, "calc", map[string]any{"transport": "streamable_http", "url": g.URL, "on_failure": "return_to_agent"})
-		waitMCPTools(t, s, "calc", "add", "hold")
+		waitMCPTools(t, s, "calc", "add", "hold", "refuse")
 		// The per-tool override: add needs approval when b is large.
 		putTool(t, s, "calc@add", map[string]any{"policy": map[string]any{"decision": "allow", "rules": []any{
 			map[string]any{"name": "big", "when": "args.b > 100", "decision": "require_approval"}}}})
@@ -507,6 +512,20 @@ func TestMCPToolApproval(t *testing.T) {
 		c.invokeSpec("go-tools", "", map[string]any{"tool": "calc@add", "args": map[string]any{"a": 1, "b": 2}})
 		if res := singleResult(t, c.untilEnd()); num(obj(res, "structuredContent"), "sum") != 3 {
 			t.Fatalf("small add: %v", res)
+		}
+
+		// A JSON-RPC error answer is the tool's own failure, with that error
+		// as the call's detail (API.md; an external audit found no detail).
+		refused := c.invokeSpec("go-tools", "", map[string]any{"tool": "calc@refuse", "args": map[string]any{}})
+		c.untilEnd()
+		var refusal map[string]any
+		for _, e := range s.events("/v1/runs/" + sv(refused, "run_id") + "/events") {
+			if e["type"] == "tool_result" {
+				refusal = obj(payload(e), "error")
+			}
+		}
+		if detail := obj(refusal, "detail"); refusal["code"] != "tool_error" || num(detail, "code") != -32001 || detail["message"] != "custom rpc failure" || sv(obj(detail, "data"), "why") != "closed" {
+			t.Fatalf("a JSON-RPC error's call: %v", refusal)
 		}
 
 		started := c.invokeSpec("go-tools", "", map[string]any{"tool": "calc@add", "args": map[string]any{"a": 1, "b": 500}})

@@ -150,7 +150,7 @@ func (c *conn) callError(ctx context.Context, cs *mcp.ClientSession, err error) 
 	case errors.As(err, &wire):
 		// The server's answer: the tool's own failure (an unknown tool on
 		// servers that say so with an error instead of isError).
-		return fmt.Errorf("%s (JSON-RPC error %d)", wire.Message, wire.Code)
+		return &toolsvc.MCPRPCError{Code: wire.Code, Message: wire.Message, Data: wire.Data}
 	case errors.As(err, &ee), errors.Is(err, syscall.ECONNREFUSED):
 		// Nothing was sent. The session cannot be used any more either.
 		go cs.Close()

@@ -120,10 +120,7 @@ type wireMessage struct {
 	Error  *wireError      `json:"error"`
 }
 
-type wireError struct {
-	Code    int64  `json:"code"`
-	Message string `json:"message"`
-}
+type wireError = toolsvc.MCPRPCError
 
 // callHTTP sends one tools/call as a POST on the session and reads its
 // answer from the response: application/json, or an event stream that may
@@ -215,7 +212,7 @@ func (c *conn) answer(msg *wireMessage) (*callAnswer, error) {
 	case msg.Error != nil:
 		// The server's answer: the tool's own failure (an unknown tool on
 		// servers that say so with an error instead of isError).
-		return nil, fmt.Errorf("%s (JSON-RPC error %d)", msg.Error.Message, msg.Error.Code)
+		return nil, msg.Error
 	case msg.Result == nil:
 		return nil, fmt.Errorf("%w: MCP server %s: an answer with neither result nor error", toolsvc.ErrMCPOutcomeUnknown, c.row.Name)
 	}
@@ -225,20 +222,24 @@ func (c *conn) answer(msg *wireMessage) (*callAnswer, error) {
 // statusError says what an HTTP error status answering a tools/call means,
 // as the SDK's transport does: a JSON-RPC error in the body is the
 // server's answer; a 404 on a session id means the server no longer has
-// the session, which is closed so that this conn makes a new one; the
-// transient statuses leave the session alone; any other status breaks it.
+// the session (and did not run the call), which is closed so that this
+// conn makes a new one; the transient statuses leave the session alone;
+// any other status breaks it.
 func (c *conn) statusError(s httpSession, resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var msg wireMessage
 	if json.Unmarshal(b, &msg) == nil && msg.Error != nil {
-		return fmt.Errorf("%s (JSON-RPC error %d)", msg.Error.Message, msg.Error.Code)
+		return msg.Error
 	}
 	err := fmt.Errorf("%w: MCP server %s answered the call %s", toolsvc.ErrMCPOutcomeUnknown, c.row.Name, resp.Status)
 	switch resp.StatusCode {
 	case http.StatusNotFound:
 		go s.cs.Close()
 		if s.id != "" {
-			return fmt.Errorf("%w: MCP server %s no longer knows session %s (404); reconnecting", toolsvc.ErrMCPOutcomeUnknown, c.row.Name, s.id)
+			// The spec's answer to a request on a session the server has
+			// ended: the request was refused, not run — unreachable, not an
+			// unknown outcome (found by an external audit).
+			return fmt.Errorf("%w: MCP server %s no longer knows session %s (404: the call was refused, not run); reconnecting", toolsvc.ErrMCPUnreachable, c.row.Name, s.id)
 		}
 	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout, http.StatusTooManyRequests:
 	default:

@@ -68,7 +68,9 @@ func TestDirectCalls(t *testing.T) {
 				t.Fatalf("weather without args: %+v %v", res, err)
 			}
 			_, err = call(m, "web", "nope", `{}`)
-			if err == nil || errors.Is(err, toolsvc.ErrMCPUnreachable) || errors.Is(err, toolsvc.ErrMCPOutcomeUnknown) || !strings.Contains(err.Error(), "nope") || !strings.Contains(err.Error(), "JSON-RPC error") {
+			var rpcErr *toolsvc.MCPRPCError
+			if err == nil || errors.Is(err, toolsvc.ErrMCPUnreachable) || errors.Is(err, toolsvc.ErrMCPOutcomeUnknown) || !strings.Contains(err.Error(), "nope") || !strings.Contains(err.Error(), "JSON-RPC error") ||
+				!errors.As(err, &rpcErr) || rpcErr.Code == 0 {
 				t.Fatalf("unknown tool: %v", err)
 			}
 			// The server asks the client something while the call runs
@@ -136,8 +138,10 @@ func TestDirectCalls(t *testing.T) {
 	}
 }
 
-// A server that no longer knows the session answers 404: the call's
-// outcome is unknown (as through the SDK), and the session is replaced.
+// A server that no longer knows the session answers 404: the call was
+// refused, not run (the spec: a request on an ended session is answered
+// 404), so it is unreachable rather than of unknown outcome; the session
+// is replaced.
 func TestDirectCallSessionExpired(t *testing.T) {
 	srv := startHTTPServer(t)
 	m := connectWeb(t, srv)
@@ -146,7 +150,7 @@ func TestDirectCallSessionExpired(t *testing.T) {
 	}
 	srv.forgetSessions()
 	_, err := call(m, "web", "echo", `{"text":"lost"}`)
-	if !errors.Is(err, toolsvc.ErrMCPOutcomeUnknown) || !strings.Contains(err.Error(), "404") {
+	if !errors.Is(err, toolsvc.ErrMCPUnreachable) || errors.Is(err, toolsvc.ErrMCPOutcomeUnknown) || !strings.Contains(err.Error(), "404") {
 		t.Fatalf("call on a forgotten session: %v", err)
 	}
 	waitFor(t, "a new session", func() bool { return srv.countMethod("initialize") == 2 })

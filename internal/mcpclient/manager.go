@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os/exec"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -271,6 +272,13 @@ var ErrNotFound = respond.E(http.StatusNotFound, "mcp_server_not_found", "no suc
 func (m *Manager) Put(ctx context.Context, spec *Spec) (*ServerInfo, bool, error) {
 	if err := spec.Check(); err != nil {
 		return nil, false, err
+	}
+	if spec.Transport == TransportStdio {
+		// A program this host cannot run is refused now, not accepted and
+		// then retried for ever with backoff (found by an external audit).
+		if _, err := exec.LookPath(spec.Command); err != nil {
+			return nil, false, invalidSpec("command", fmt.Sprintf("%q cannot be run on this host: %v", spec.Command, errors.Unwrap(err)))
+		}
 	}
 	if spec.Transport == TransportStreamableHTTP {
 		if _, err := m.opts.Allow.ValidateEndpoint(ctx, spec.URL); err != nil {

@@ -356,6 +356,8 @@ func TestSpecChecks(t *testing.T) {
 		{mcpclient.Spec{Name: "x", Transport: "stdio", Command: "y", Policy: tool.Policy{Decision: "maybe"}}, "policy.decision"},
 		{mcpclient.Spec{Name: "x", Transport: "stdio", Command: "y", Policy: tool.Policy{Rules: []tool.Rule{{When: "args.", Decision: "block"}}}}, "policy.rules[0].when"},
 		{mcpclient.Spec{Name: "x", Transport: "stdio", Command: "y", TimeoutMS: -5}, "timeout_ms"},
+		{mcpclient.Spec{Name: "x", Transport: "stdio", Command: "/nonexistent/mcp-server"}, "command"},
+		{mcpclient.Spec{Name: "x", Transport: "stdio", Command: "no-such-mcp-server-on-path"}, "command"},
 	} {
 		_, _, err := m.Put(ctx, &c.spec)
 		var re *respond.Error

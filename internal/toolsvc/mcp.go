@@ -87,6 +87,20 @@ var (
 	ErrMCPOutcomeUnknown = errors.New("MCP connection lost after the call was sent")
 )
 
+// MCPRPCError is a server's JSON-RPC error answer to a tools/call: the
+// tool's own failure (an unknown tool, or arguments it refused, on servers
+// that say so with an error instead of isError). The call's error detail
+// holds it.
+type MCPRPCError struct {
+	Code    int64           `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+func (e *MCPRPCError) Error() string {
+	return fmt.Sprintf("%s (JSON-RPC error %d)", e.Message, e.Code)
+}
+
 // MCPSource is the MCP connection manager.
 type MCPSource interface {
 	// MCPServer returns the server of that name, if it is registered.

@@ -47,8 +47,14 @@ func (s *Service) callMCP(ctx context.Context, c *store.ToolCall, args json.RawM
 		return store.ToolCallFailed, nil, errorJSON("outcome_unknown", err.Error()+"; the tool may have run", nil)
 	default:
 		// The server answered the request with an error (an unknown tool, bad
-		// arguments on some servers): the tool's own failure.
-		return store.ToolCallFailed, nil, errorJSON("tool_error", "the MCP server answered with an error: "+err.Error(), nil)
+		// arguments on some servers): the tool's own failure, its error the
+		// detail (API.md).
+		var detail json.RawMessage
+		var re *MCPRPCError
+		if errors.As(err, &re) {
+			detail, _ = json.Marshal(re)
+		}
+		return store.ToolCallFailed, nil, errorJSON("tool_error", "the MCP server answered with an error: "+err.Error(), detail)
 	}
 	body := res.JSON()
 	if res.IsError {
