@@ -57,9 +57,14 @@ type call struct {
 	chunks    int
 	sawEnd    bool // the stream's last event was read from upstream…
 	complete  bool // …and reached the client: later errors do not fail the call
-	err       *CallError
-	outcome   string
-	wroteHead bool // headers went to the client; errors can no longer be answered
+	// sawUsageEnd: a chat stream's usage came in a chunk sent only once the
+	// generation ended, so the stream ending cleanly without [DONE] after
+	// it lost nothing.
+	sawUsageEnd bool
+	streamErr   bool // the upstream reported an error in its stream: the call's outcome
+	err         *CallError
+	outcome     string
+	wroteHead   bool // headers went to the client; errors can no longer be answered
 
 	span trace.Span // the call's span (DESIGN §14), ended by finish
 
@@ -377,7 +382,7 @@ func (c *call) stopDog() {
 
 // fail sets the outcome of a call the proxy ends itself.
 func (c *call) fail(status int, outcome, code, msg string) {
-	if c.complete {
+	if c.complete || c.streamErr {
 		return
 	}
 	if !c.wroteHead { // else the client already has the upstream's status
@@ -385,6 +390,17 @@ func (c *call) fail(status int, outcome, code, msg string) {
 	}
 	c.outcome = outcome
 	c.err = &CallError{Code: code, Message: msg}
+}
+
+// failStream records an error the upstream reported inside its stream. It
+// stays the call's outcome whatever follows — a [DONE], the client leaving
+// (an SDK raises on the error and hangs up), a timeout: it is why the call
+// failed.
+func (c *call) failStream(e *CallError) {
+	if c.complete || c.streamErr {
+		return
+	}
+	c.outcome, c.err, c.streamErr = OutcomeError, e, true
 }
 
 // failCtx classifies a cancelled call context.

@@ -40,6 +40,10 @@ const (
 	CodeInternal         = "internal"
 	CodeClientCancelled  = "client_cancelled"
 	CodeUpstreamProtocol = "upstream_protocol_error"
+	// CodeUpstreamStreamError is recorded, never answered, for an error
+	// the upstream reported inside a stream without a code or type of its
+	// own (those are recorded as they are, as for an error body).
+	CodeUpstreamStreamError = "upstream_stream_error"
 )
 
 type errorBody struct {

@@ -139,8 +139,9 @@ const (
 var ssePool = sync.Pool{New: func() any { b := make([]byte, sseBufSize); return &b }}
 
 // forwardStream relays an SSE stream event by event: every complete event is
-// written and flushed as soon as it is read. Each event costs one substring
-// search for "usage"; only the usage object is decoded.
+// written and flushed as soon as it is read, less what inspect cuts from it.
+// The client gets the upstream's bytes whatever the call's outcome; only the
+// recording says that a stream which ended cleanly had failed.
 func (c *call) forwardStream(w http.ResponseWriter, resp *http.Response) bool {
 	h := w.Header()
 	copyHeader(h, resp.Header)
@@ -187,11 +188,11 @@ func (c *call) forwardStream(w http.ResponseWriter, resp *http.Response) bool {
 				if end < 0 {
 					break
 				}
-				if c.inspect(buf[done : done+end]) {
-					if !c.writeNoFlush(w, buf[written:done]) {
+				if cut := c.inspect(buf[done : done+end]); cut.ok() {
+					if !c.writeNoFlush(w, buf[written:done+cut.start]) {
 						return false
 					}
-					written = done + end
+					written = done + cut.end
 				}
 				done += end
 				c.chunks++
@@ -215,8 +216,19 @@ func (c *call) forwardStream(w http.ResponseWriter, resp *http.Response) bool {
 			c.stopDog()
 			if len(buf) > 0 {
 				// A last event without its blank line: still the upstream's bytes.
-				c.inspect(buf)
-				c.write(w, rc, buf)
+				cut := c.inspect(buf)
+				if !cut.ok() {
+					cut = span{len(buf), len(buf)}
+				}
+				if !c.writeNoFlush(w, buf[:cut.start]) || !c.write(w, rc, buf[cut.end:]) {
+					return false
+				}
+			}
+			// A clean end is no proof of a complete answer: a router or a
+			// load balancer that loses its upstream may close its own
+			// response cleanly.
+			if !c.sawEnd && !c.sawUsageEnd {
+				c.fail(c.status, OutcomeError, CodeUpstreamProtocol, c.unendedMessage())
 			}
 			return false
 		}
@@ -254,139 +266,71 @@ func (c *call) write(w http.ResponseWriter, rc *http.ResponseController, b []byt
 	return true
 }
 
-var doneMarker = []byte("[DONE]")
-
-// inspect meters one SSE event and reports whether to drop it (the usage
-// chunk we asked for on the client's behalf). It also notes the stream's
-// last event: "data: [DONE]" for chat, the usage-carrying
-// response.completed (or .incomplete/.failed) for the Responses API.
-func (c *call) inspect(ev []byte) bool {
-	if !c.ep.chat {
-		// The Responses API: only its terminal event ends the stream and
-		// carries the call's usage. Another event may hold a "usage" key
-		// too — a tool's parameter schema echoed in response.created —
-		// which must not pass for the end of a stream cut after it.
-		if !responsesTerminal(ev) {
-			return false
-		}
-		c.sawEnd = true
-	}
-	u := findUsageObject(ev)
-	if !u.ok() {
-		if c.ep.chat && len(ev) <= 32 && bytes.Contains(ev, doneMarker) {
-			c.sawEnd = true
-		}
-		return false
-	}
-	if us, ok := parseUsage(ev[u.start:u.end]); ok {
-		c.usage, c.haveUsage = us, true
-	}
-	return c.strip && hasEmptyChoices(ev)
+// openAIError is the error object of the OpenAI wire format.
+type openAIError struct {
+	Code    any    `json:"code"`
+	Type    string `json:"type"`
+	Message string `json:"message"`
 }
 
-// responsesTerminal reports whether an SSE event of the Responses API is
-// the stream's last: response.completed, .incomplete or .failed, named by
-// its "event:" line or, where an upstream sends none, by the "type" its
-// data starts with.
-func responsesTerminal(ev []byte) bool {
-	typ := sseEventName(ev)
-	if typ == nil {
-		typ = leadingType(ev)
+// callError is e as recorded: its code (a number spelled out), else its
+// type, else fallback, and its message. It reports false when e has neither
+// message nor code: not an error of this shape.
+func (e *openAIError) callError(fallback string) (*CallError, bool) {
+	if e.Message == "" && e.Code == nil {
+		return nil, false
 	}
-	switch string(typ) {
-	case "response.completed", "response.incomplete", "response.failed":
-		return true
+	ce := &CallError{Code: fallback, Message: e.Message}
+	switch code := e.Code.(type) {
+	case string:
+		if code != "" {
+			ce.Code = code
+			return ce, true
+		}
+	case float64:
+		ce.Code = strconv.FormatFloat(code, 'f', -1, 64)
+		return ce, true
 	}
-	return false
-}
-
-var (
-	eventPrefix = []byte("event:")
-	dataPrefix  = []byte("data:")
-	typePrefix  = []byte(`{"type":"`)
-)
-
-// sseEventName is the value of ev's "event:" line, or nil.
-func sseEventName(ev []byte) []byte {
-	for line := range bytes.Lines(ev) {
-		if v, ok := bytes.CutPrefix(line, eventPrefix); ok {
-			return bytes.TrimSpace(v)
-		}
+	if e.Type != "" {
+		ce.Code = e.Type
 	}
-	return nil
-}
-
-// leadingType is the "type" value a data line's JSON object starts with
-// (the OpenAI wire format writes it first), or nil.
-func leadingType(ev []byte) []byte {
-	for line := range bytes.Lines(ev) {
-		v, ok := bytes.CutPrefix(line, dataPrefix)
-		if !ok {
-			continue
-		}
-		v = bytes.TrimSpace(v)
-		if !bytes.HasPrefix(v, typePrefix) {
-			return nil
-		}
-		v = v[len(typePrefix):]
-		if i := bytes.IndexByte(v, '"'); i >= 0 {
-			return v[:i]
-		}
-		return nil
-	}
-	return nil
-}
-
-// eventEnd returns the length of the first complete SSE event in b
-// (through its terminating blank line), or -1.
-func eventEnd(b []byte) int {
-	for off := 0; ; {
-		k := bytes.IndexByte(b[off:], '\n')
-		if k < 0 {
-			return -1
-		}
-		i := off + k + 1
-		if i < len(b) && b[i] == '\n' {
-			return i + 1
-		}
-		if i+1 < len(b) && b[i] == '\r' && b[i+1] == '\n' {
-			return i + 2
-		}
-		off = i
-	}
+	return ce, true
 }
 
 // upstreamError summarises an upstream error body for the trace, without
 // changing what the client gets.
 func upstreamError(status int, body []byte) *CallError {
-	e := &CallError{Code: "upstream_status_" + strconv.Itoa(status)}
 	var b struct {
-		Error struct {
-			Code    any    `json:"code"`
-			Type    string `json:"type"`
-			Message string `json:"message"`
-		} `json:"error"`
+		Error openAIError `json:"error"`
 	}
-	if json.Unmarshal(body, &b) == nil && (b.Error.Message != "" || b.Error.Code != nil) {
-		e.Message = b.Error.Message
-		switch code := b.Error.Code.(type) {
-		case string:
-			if code != "" {
-				e.Code = code
-			}
-		case float64:
-			e.Code = strconv.FormatFloat(code, 'f', -1, 64)
-		default:
-			if b.Error.Type != "" {
-				e.Code = b.Error.Type
-			}
+	if json.Unmarshal(body, &b) == nil {
+		if e, ok := b.Error.callError("upstream_status_" + strconv.Itoa(status)); ok {
+			return e
 		}
-		return e
 	}
 	// Not the OpenAI error shape: the text may be anything, the prompt
 	// echoed back included, and LLM bodies are never recorded (issue 14).
 	// The client got it as it was; the trace says what it was, not what
 	// it said.
-	e.Message = fmt.Sprintf("the upstream answered HTTP %d with a body of %d bytes that is not an OpenAI error (not recorded)", status, len(body))
-	return e
+	return &CallError{Code: "upstream_status_" + strconv.Itoa(status),
+		Message: fmt.Sprintf("the upstream answered HTTP %d with a body of %d bytes that is not an OpenAI error (not recorded)", status, len(body))}
+}
+
+// streamError summarises the error object (or string) an upstream sent
+// inside a stream, as upstreamError does a body.
+func streamError(obj []byte) *CallError {
+	var e openAIError
+	if json.Unmarshal(obj, &e) == nil {
+		if ce, ok := e.callError(CodeUpstreamStreamError); ok {
+			return ce
+		}
+	}
+	return notOpenAIStreamError(obj)
+}
+
+// notOpenAIStreamError records an error event that is not of the OpenAI
+// shape by its size alone, for the reason upstreamError gives.
+func notOpenAIStreamError(b []byte) *CallError {
+	return &CallError{Code: CodeUpstreamStreamError,
+		Message: fmt.Sprintf("the upstream reported an error in its stream, %d bytes that are not an OpenAI error (not recorded)", len(b))}
 }

@@ -162,32 +162,52 @@ func findMember(b []byte, key string) span {
 	return found
 }
 
-var usageKey = []byte(`"usage"`)
-
 // findUsageObject returns the span of the last `"usage": {…}` object in b, a
 // JSON document or SSE event. It is a scan, not a parse: in the OpenAI wire
 // format "usage" is only ever a key (a quote inside a string value is
 // escaped), and the usage object of chat chunks, chat completions, embeddings
 // and Responses API events is the last one in the text.
 func findUsageObject(b []byte) span {
-	found := absent
+	u, _ := scanKeys(b)
+	return u
+}
+
+// scanKeys finds, in one pass over b (a JSON document or SSE event), the
+// span of the last `"usage": {…}` object (see findUsageObject) and whether
+// an "error" key anywhere has an object or a string for its value. It goes
+// from colon to colon and looks at the key before each: a chunk has few
+// colons besides its keys' but quotes everywhere, which makes a search for
+// a key that starts with one several times slower (bytes.Index falls back
+// to its brute force), and the two keys cost one pass, not two.
+func scanKeys(b []byte) (usage span, hasError bool) {
+	usage = absent
 	for off := 0; ; {
-		k := bytes.Index(b[off:], usageKey)
+		k := bytes.IndexByte(b[off:], ':')
 		if k < 0 {
-			return found
+			return usage, hasError
 		}
-		i := skipSpace(b, off+k+len(usageKey))
-		if i < len(b) && b[i] == ':' {
-			i = skipSpace(b, i+1)
+		colon := off + k
+		off = colon + 1
+		q := colon - 1
+		for q >= 0 && isSpace(b[q]) {
+			q--
+		}
+		if q < 6 || b[q] != '"' {
+			continue
+		}
+		switch string(b[q-6 : q+1]) {
+		case `"usage"`:
+			i := skipSpace(b, colon+1)
 			if i < len(b) && b[i] == '{' {
 				if e := valueEnd(b, i); e > 0 {
-					found = span{i, e}
+					usage = span{i, e}
 					off = e
-					continue
 				}
 			}
+		case `"error"`:
+			i := skipSpace(b, colon+1)
+			hasError = hasError || i < len(b) && (b[i] == '{' || b[i] == '"')
 		}
-		off += k + len(usageKey)
 	}
 }
 
@@ -210,4 +230,55 @@ func hasEmptyChoices(b []byte) bool {
 	}
 	i = skipSpace(b, i+1)
 	return i < len(b) && b[i] == ']'
+}
+
+var finishReasonKey = []byte(`"finish_reason"`)
+
+// hasFinishReason reports whether b, a chat chunk, has a finish_reason that
+// is not null: a choice ended in it.
+func hasFinishReason(b []byte) bool {
+	for off := 0; ; {
+		k := bytes.Index(b[off:], finishReasonKey)
+		if k < 0 {
+			return false
+		}
+		i := skipSpace(b, off+k+len(finishReasonKey))
+		if i < len(b) && b[i] == ':' {
+			if i = skipSpace(b, i+1); i < len(b) && b[i] == '"' {
+				return true
+			}
+		}
+		off += k + len(finishReasonKey)
+	}
+}
+
+// memberCut returns the span to cut from the JSON object b to remove its
+// top-level member key, whose value must be an object, leaving the same
+// JSON without it: from the end of the previous member's value through this
+// one's, or, for the first member, from its key through the next key.
+// Absent when b has no such member.
+func memberCut(b []byte, key string) span {
+	prevEnd := -1 // the end of the previous member's value
+	cut := absent
+	open, err := scanObject(b, func(k []byte, v span) bool {
+		if string(k) == key {
+			if b[v.start] == '{' {
+				cut = span{prevEnd, v.end}
+			}
+			return false
+		}
+		prevEnd = v.end
+		return true
+	})
+	if err != nil || cut.end < 0 {
+		return absent
+	}
+	if cut.start >= 0 {
+		return cut
+	}
+	cut.start = skipSpace(b, open+1)
+	if i := skipSpace(b, cut.end); i < len(b) && b[i] == ',' {
+		cut.end = skipSpace(b, i+1)
+	}
+	return cut
 }

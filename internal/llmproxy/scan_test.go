@@ -92,6 +92,66 @@ func TestFindUsageObject(t *testing.T) {
 	}
 }
 
+// One pass finds the usage object and says whether the event has an
+// "error" key with a value; text that only mentions them does not count.
+func TestScanKeys(t *testing.T) {
+	for _, tc := range []struct {
+		ev       string
+		usage    string
+		hasError bool
+	}{
+		{`data: {"choices":[{"delta":{"content":"a: b"},"finish_reason":null}],"usage":null}`, "", false},
+		{`data: {"choices":[{"delta":{"content":"the \"error\": {\"x\":1} and \"usage\": {}"}}]}`, "", false},
+		{`data: {"choices":[{"delta":{},"finish_reason":"error"}],"object":"error"}`, "", false},
+		{`data: {"error":{"message":"overloaded","type":"server_error"}}`, "", true},
+		{`data: {"id":"x","error" : "overloaded","choices":[]}`, "", true},
+		{`data: {"error":null,"usage" :{"total_tokens":3}}`, `{"total_tokens":3}`, false},
+		{`data: {"choices":[],"usage":{"total_tokens":3,"x":{"error":{}}}}`, `{"total_tokens":3,"x":{"error":{}}}`, false},
+	} {
+		u, hasError := scanKeys([]byte(tc.ev))
+		got := ""
+		if u.ok() {
+			got = tc.ev[u.start:u.end]
+		}
+		if got != tc.usage || hasError != tc.hasError {
+			t.Errorf("scanKeys(%s) = %q, %v; want %q, %v", tc.ev, got, hasError, tc.usage, tc.hasError)
+		}
+	}
+	for ev, want := range map[string]bool{
+		`{"choices":[{"finish_reason":null}]}`:                             false,
+		`{"choices":[{"finish_reason" : "stop"}]}`:                         true,
+		`{"choices":[{"delta":{"content":"\"finish_reason\":\"stop\""}}]}`: false,
+	} {
+		if got := hasFinishReason([]byte(ev)); got != want {
+			t.Errorf("hasFinishReason(%s) = %v", ev, got)
+		}
+	}
+}
+
+// Cutting a member leaves the same object without it, valid JSON.
+func TestMemberCut(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"a":1,"usage":{"x":1}}`:                  `{"a":1}`,
+		`{"usage":{"x":1},"a":1}`:                  `{"a":1}`,
+		`{ "usage" : {"x":1} , "a":1}`:             `{ "a":1}`,
+		`{"a":1 , "usage":{"x":{"y":2}} ,"b":[1]}`: `{"a":1 ,"b":[1]}`,
+		`{"usage":{}}`:                             `{}`,
+		`{"usage":null,"a":1}`:                     "",
+		`{"a":{"usage":{"x":1}}}`:                  "",
+		`{"a":"\"usage\":{}"}`:                     "",
+		`{"a":`:                                    "",
+	} {
+		cut := memberCut([]byte(in), "usage")
+		got := ""
+		if cut.ok() {
+			got = in[:cut.start] + in[cut.end:]
+		}
+		if got != want || got != "" && !json.Valid([]byte(got)) {
+			t.Errorf("memberCut(%s) leaves %q, want %q", in, got, want)
+		}
+	}
+}
+
 func TestEventEnd(t *testing.T) {
 	for in, want := range map[string]int{
 		"data: x\n\nrest":         9,
@@ -240,9 +300,24 @@ func BenchmarkInspectChunk(b *testing.B) {
 	b.SetBytes(int64(len(chunk)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if eventEnd(chunk) < 0 || c.inspect(chunk) {
+		if eventEnd(chunk) < 0 || c.inspect(chunk).ok() {
 			b.Fatal("bad chunk")
 		}
+	}
+}
+
+// BenchmarkInspectResponsesEvent is the per-event work of a Responses
+// stream: its type, read from the "event:" line, decides everything.
+func BenchmarkInspectResponsesEvent(b *testing.B) {
+	ev := []byte("event: response.output_text.delta\n" + `data: {"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":" word","sequence_number":5}` + "\n\n")
+	c := &call{ep: epResponses}
+	b.SetBytes(int64(len(ev)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if eventEnd(ev) < 0 {
+			b.Fatal("bad event")
+		}
+		c.inspect(ev)
 	}
 }
 
