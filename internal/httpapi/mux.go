@@ -94,11 +94,24 @@ func verbMismatch(mux *http.ServeMux, r *http.Request) (string, bool) {
 // verbRoute finds the verb route r's path would take by POST: its verbs
 // and the path's last segment.
 func verbRoute(mux *http.ServeMux, r *http.Request) ([]string, string, bool) {
+	if !hasVerbPrefix(r.URL.Path) {
+		return nil, "", false // most requests (the LLM proxy's): no second route lookup
+	}
 	post := *r
 	post.Method = http.MethodPost
 	_, pattern := mux.Handler(&post)
 	known, ok := verbRoutes[pattern]
 	return known, r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:], ok
+}
+
+// hasVerbPrefix: path is under one of verbRoutes' prefixes.
+func hasVerbPrefix(path string) bool {
+	for _, p := range [...]string{"/v1/agents/", "/v1/runs/", "/v1/tools/", "/v1/tool_calls/", "/v1/approvals/"} {
+		if strings.HasPrefix(path, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // idMethods lists the methods routed for r's path other than a verb
