@@ -88,6 +88,16 @@ func DefinitionFromYAML(node *yaml.Node) (Definition, error) {
 		}
 	}
 
+	// yaml.v3 truncates a float written into an integer field (timeout_ms:
+	// 0.5 would be 0, the default): such a value is refused instead.
+	for _, key := range []string{"timeout_ms", "approval_timeout_ms"} {
+		if v := yamlTarget(yamlField(node, key)); v != nil && v.Kind == yaml.ScalarNode && v.ShortTag() == "!!float" {
+			var f float64
+			if err := v.Decode(&f); err != nil || f != math.Trunc(f) || math.IsInf(f, 0) {
+				return Definition{}, invalid(key, nil, "must be a whole number of milliseconds, got %s (line %d)", v.Value, v.Line)
+			}
+		}
+	}
 	var d Definition
 	if err := node.Decode((*yamlDefinition)(&d)); err != nil {
 		return Definition{}, &ValidationError{Message: err.Error(), Err: err}

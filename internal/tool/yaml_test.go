@@ -163,6 +163,8 @@ func TestYAMLErrors(t *testing.T) {
 		{"merge into tool", "tool_name: a\n<<: {kind: client}\n", "<<", "merge keys"},
 		{"not a mapping", "- a\n- b\n", "", "must be a YAML mapping"},
 		{"wrong type", "tool_name: a\nkind: client\ntimeout_ms: soon\n", "", "cannot unmarshal"},
+		{"fractional timeout", "tool_name: a\nkind: client\ntimeout_ms: 0.5\n", "timeout_ms", "whole number of milliseconds, got 0.5 (line 3)"},
+		{"infinite approval timeout", "tool_name: a\nkind: client\napproval_timeout_ms: .inf\n", "approval_timeout_ms", "whole number"},
 		{"non-finite number", "tool_name: a\nkind: client\nparameters:\n  type: object\n  maximum: .inf\n", "parameters", "JSON cannot represent"},
 		{"merge in parameters", "tool_name: a\nkind: client\nparameters:\n  <<: {type: object}\n", "parameters", "merge key"},
 		{"non-scalar key", "tool_name: a\nkind: client\nparameters:\n  ? [a, b]\n  : 1\n", "parameters", "non-scalar mapping key"},
