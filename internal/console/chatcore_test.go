@@ -17,7 +17,7 @@ func TestChatCore(t *testing.T) {
 	}
 	// go test caches a passing result by the files the test process itself opens; node's reads
 	// do not count, so open the scripts here to have an edit rerun the test.
-	for _, f := range []string{"static/app.js", "static/chat.js", "testdata/chat_core_test.js"} {
+	for _, f := range []string{"static/app.js", "static/chat.js", "static/chatview.js", "testdata/chat_core_test.js"} {
 		if _, err := os.ReadFile(f); err != nil {
 			t.Fatal(err)
 		}
@@ -25,6 +25,7 @@ func TestChatCore(t *testing.T) {
 	for _, args := range [][]string{
 		{"--check", "static/app.js"},
 		{"--check", "static/chat.js"},
+		{"--check", "static/chatview.js"},
 		{"testdata/chat_core_test.js"},
 	} {
 		out, err := exec.CommandContext(t.Context(), node, args...).CombinedOutput()

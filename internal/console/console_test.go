@@ -91,7 +91,7 @@ func TestIndex(t *testing.T) {
 	assertSecurityHeaders(t, res)
 
 	urls := assetURLs(t, body)
-	for _, name := range []string{"chat.js", "app.js", "app.css", "favicon.svg"} {
+	for _, name := range []string{"chat.js", "chatview.js", "app.js", "app.css", "favicon.svg"} {
 		if urls[name] == "" {
 			t.Errorf("index does not link %s by a checksummed URL", name)
 		}
@@ -138,6 +138,7 @@ func TestAssets(t *testing.T) {
 	for name, ctype := range map[string]string{
 		"app.js":      "text/javascript; charset=utf-8",
 		"chat.js":     "text/javascript; charset=utf-8",
+		"chatview.js": "text/javascript; charset=utf-8",
 		"app.css":     "text/css; charset=utf-8",
 		"favicon.svg": "image/svg+xml",
 	} {
@@ -206,7 +207,7 @@ func TestNoExternalResources(t *testing.T) {
 			t.Errorf("the console refers to %q, not a checksummed asset or a console page", m[1])
 		}
 	}
-	files := []string{"templates/index.html", "templates/console.html", "static/app.js", "static/chat.js", "static/app.css", "static/favicon.svg"}
+	files := []string{"templates/index.html", "templates/console.html", "static/app.js", "static/chat.js", "static/chatview.js", "static/app.css", "static/favicon.svg"}
 	for _, f := range consoleScripts {
 		files = append(files, "static/"+f)
 	}
@@ -244,7 +245,7 @@ var consoleScripts = []string{"console.js", "timeline.js", "pages.js", "session.
 
 // TestConsoleShell: every console URL — deep links to a session, its replay, the inbox —
 // answers the same shell page, so a reload lands on the view the URL names; the shell loads the
-// chat page's protocol core and the console's scripts by checksummed URLs.
+// chat page's protocol core and view and the console's scripts by checksummed URLs.
 func TestConsoleShell(t *testing.T) {
 	srv := newServer(t)
 	_, first := get(t, srv, "/console")
@@ -260,18 +261,18 @@ func TestConsoleShell(t *testing.T) {
 		}
 	}
 	urls := assetURLs(t, first)
-	for _, name := range append([]string{"chat.js", "app.css", "console.css"}, consoleScripts...) {
+	for _, name := range append([]string{"chat.js", "chatview.js", "app.css", "console.css"}, consoleScripts...) {
 		if urls[name] == "" {
 			t.Errorf("the console shell does not load %s by a checksummed URL", name)
 		}
 	}
-	// Scripts run in order: the chat core and console.js before the pages that use them.
+	// Scripts run in order: the chat core, its view and console.js before the pages that use them.
 	order := regexp.MustCompile(`<script defer src="/static/([a-z]+)\.[0-9a-f]{8}\.js"`).FindAllStringSubmatch(first, -1)
 	var got []string
 	for _, m := range order {
 		got = append(got, m[1]+".js")
 	}
-	if want := append([]string{"chat.js"}, consoleScripts...); strings.Join(got, ",") != strings.Join(want, ",") {
+	if want := append([]string{"chat.js", "chatview.js"}, consoleScripts...); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("scripts load as %v, want %v", got, want)
 	}
 	for _, want := range []string{`id="login-form"`, `id="view"`, `id="nav"`} {

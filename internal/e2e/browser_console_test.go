@@ -197,8 +197,8 @@ func TestBrowserConsoleSessionView(t *testing.T) {
 }
 
 // TestBrowserConsoleLiveRun: a run that starts while the session view is open appears as it
-// streams (its output grows while it runs), and a dropped connection resumes after the last
-// seq: every event shown once, none missing.
+// streams (its output grows while it runs), the summary line (events, last event) keeping up,
+// and a dropped connection resumes after the last seq: every event shown once, none missing.
 func TestBrowserConsoleLiveRun(t *testing.T) {
 	browser := newBrowser(t)
 	s := startServer(t, "sqlite:"+t.TempDir()+"/a.db")
@@ -207,6 +207,8 @@ func TestBrowserConsoleLiveRun(t *testing.T) {
 	proxy := newCutProxy(t, strings.TrimPrefix(s.URL, "http://"))
 	p := openConsole(t, browser, proxy.URL, adminKey, "/console/sessions/"+sid)
 	p.waitFor("the session is followed live", `window.agentplaneConsole.state().live === 'live' && window.agentplaneConsole.state().runs.length === 1`)
+	first := s.events("/v1/sessions/" + sid + "/events")
+	p.waitFor("the summary line counts the first run's events", fmt.Sprintf(`window.agentplaneConsole.state().summary.events === %d`, seqOf(first[len(first)-1])))
 
 	c := dial(t, s, "alice", "alice-key")
 	c.send(map[string]any{"type": "agent_invoke", "request_id": "r", "session_id": sid, "agent_id": "echo", "message": map[string]any{"role": "user", "content": words(60)}})
@@ -214,6 +216,10 @@ func TestBrowserConsoleLiveRun(t *testing.T) {
 	p.waitFor("the new run streams in", `(function () { var s = window.agentplaneConsole.state(); var r = s.runs[1];
 		var out = document.querySelectorAll('.tl-row[data-kind="output"][data-run-id="' + (r && r.runId) + '"] .tl-text');
 		return r && r.status === 'RUNNING' && out.length === 1 && out[0].textContent.indexOf('word3 ') >= 0; })()`)
+	// The summary line keeps up with the timeline while the run streams.
+	p.waitFor("the summary line counts the new run's events", fmt.Sprintf(`(function () { var s = window.agentplaneConsole.state();
+		return s.summary.events > %d && s.summary.events === s.lastSeq && document.querySelector('[data-testid="session-events"]').textContent === String(s.lastSeq)
+			&& s.summary.agents.join() === 'echo'; })()`, seqOf(first[len(first)-1])))
 	proxy.cut()
 	p.waitFor("the page notices the lost stream", `window.agentplaneConsole.state().live === 'reconnecting'`)
 	time.Sleep(time.Second)
@@ -229,6 +235,12 @@ func TestBrowserConsoleLiveRun(t *testing.T) {
 	if st.Events != want {
 		t.Fatalf("the view applied %d events, the session has %d (each exactly once)", st.Events, want)
 	}
+	// The summary line: every event counted, the last one's time.
+	lastTS := int64(all[len(all)-1]["ts"].(float64))
+	p.waitFor("the summary line ends with the session", fmt.Sprintf(`(function () { var s = window.agentplaneConsole.state();
+		var last = document.querySelector('[data-testid="session-last-event"]');
+		return s.summary.events === %d && s.summary.lastEventAt === %d && document.querySelector('[data-testid="session-events"]').textContent === '%d'
+			&& last.dataset.ts === '%d' && last.textContent === AP.fmtTime(%d); })()`, want, lastTS, want, lastTS, lastTS))
 	reply := transcriptReply(t, s, sid, 1)
 	out := evalIn[string](p, `(function () { var s = window.agentplaneConsole.state(); var o = document.querySelectorAll('.tl-row[data-kind="output"][data-run-id="' + s.runs[1].runId + '"] .tl-text'); return o.length === 1 ? o[0].textContent : ''; })()`)
 	if out != reply {
@@ -237,17 +249,21 @@ func TestBrowserConsoleLiveRun(t *testing.T) {
 }
 
 // TestBrowserConsoleReplay: a replay at instant speed ends with the same chat as the live chat
-// page; 1× plays on a clock; seeking forward and back lands on the seq asked for.
+// page, cards and the client tool's answer included; 1× plays on a clock; seeking forward and
+// back lands on the seq asked for.
 func TestBrowserConsoleReplay(t *testing.T) {
 	browser := newBrowser(t)
 	s := startDemo(t)
 	chat := openChat(t, browser, s.URL, "demo")
 	chat.sendByClick("What's the weather in Paris?")
 	chat.waitAssistantStatus("done")
+	chat.sendByClick("What time is it?") // the page runs client.now
+	chat.waitFor("the second reply", `window.agentplaneChat.state().messages.length === 4 && `+lastAssistantJS+`.status === 'done'`)
 	demoTransfer(chat)
 	sid := chat.state().SessionID
 	live := chat.state().Messages
 	last := chat.waitLastSeq(s, sid)
+	liveTree := evalIn[[]chatItem](chat, chatTreeJS("#messages"))
 
 	p := openConsole(t, browser, s.URL, adminKey, "/console/sessions/"+sid+"/replay?speed=instant&autoplay=1")
 	p.waitFor("the replay finishes", `(function () { var s = window.agentplaneConsole.state(); return s && s.finished && s.started; })()`)
@@ -276,13 +292,22 @@ func TestBrowserConsoleReplay(t *testing.T) {
 	if n := evalIn[int](p, `document.querySelectorAll('[data-testid="replay-chat"] .msg.user, [data-testid="replay-chat"] .msg.assistant').length`); n != len(live) {
 		t.Fatalf("the replay's chat pane shows %d bubbles, want %d", n, len(live))
 	}
+	// What the pane draws — cards too, the client tool's answer included — is what the chat page drew.
+	a, _ = json.MarshalIndent(liveTree, "", "  ")
+	b, _ = json.MarshalIndent(evalIn[[]chatItem](p, chatTreeJS(`[data-testid="replay-chat"]`)), "", "  ")
+	if string(a) != string(b) {
+		t.Fatalf("the replay's chat pane differs from the chat page's:\nchat page %s\nreplay    %s", a, b)
+	}
+	if !strings.Contains(string(b), `"kind": "card:tool"`) || !strings.Contains(string(b), `epoch_ms`) {
+		t.Fatalf("the replay's chat pane lacks the client tool's card and answer: %s", b)
+	}
 	p.screenshot("console-replay.png")
 
-	// Seek back to the start of the second turn, then to the end: the chat follows.
-	var secondStart int64
+	// Seek back to the start of the last turn, then to the end: the chat follows.
+	var lastStart int64
 	for _, e := range all {
 		if e["type"] == "run_started" {
-			secondStart = seqOf(e)
+			lastStart = seqOf(e)
 		}
 	}
 	seek := func(seq int64) {
@@ -292,9 +317,9 @@ func TestBrowserConsoleReplay(t *testing.T) {
 		p.waitFor(fmt.Sprintf("the replay at seq %d", seq), fmt.Sprintf(`(function () { var s = window.agentplaneConsole.state(); return s.pos === %d && !s.playing && !s.seeking; })()`, seq))
 		p.do("let the page settle", chromedp.Evaluate[chromedp.Void](`new Promise(function (r) { requestAnimationFrame(function () { requestAnimationFrame(r); }); })`, chromedp.EvalAwaitPromise))
 	}
-	seek(secondStart - 1)
-	if st := consoleState[replayState](p); len(st.Chat.Messages) != 2 {
-		t.Fatalf("before the second turn the replay shows %+v", st.Chat.Messages)
+	seek(lastStart - 1)
+	if st := consoleState[replayState](p); len(st.Chat.Messages) != len(live)-2 {
+		t.Fatalf("before the last turn the replay shows %+v", st.Chat.Messages)
 	}
 	seek(lastEvent)
 	if st := consoleState[replayState](p); len(st.Chat.Messages) != len(live) {
@@ -344,6 +369,63 @@ func TestBrowserConsoleApprovalsInbox(t *testing.T) {
 		t.Fatalf("approval %v", ap)
 	}
 	p.waitFor("the decision is listed and nothing is pending", `window.agentplaneConsole.state().pending.length === 0 && !!document.querySelector('[data-testid="decided"] tr[data-approval-id="`+apID+`"][data-status="APPROVED"]')`)
+	// Decided, the card has left Pending (it no longer counts down there).
+	p.waitFor("the card is gone from Pending", `!document.querySelector('`+card+`') && !!document.querySelector('[data-testid="pending-none"]')`)
+}
+
+// TestBrowserConsoleApprovalsNarrow: at 1024×768 the approvals page, its Decided table full of
+// long ids, arguments and reasons, fits the window: the page does not scroll sideways and no
+// column is cut off. A user key with nothing decided sees an empty state, not a bare header;
+// with the server gone the page says it cannot reach it.
+func TestBrowserConsoleApprovalsNarrow(t *testing.T) {
+	browser := newBrowser(t)
+	s := startDemo(t)
+	c := dial(t, s, "alice", "alice-key")
+	for i, decision := range []string{"approve", "reject", "approve"} {
+		c.send(map[string]any{"type": "agent_invoke", "request_id": fmt.Sprint("r", i), "agent_id": "demo", "message": map[string]any{"role": "user", "content": "Send 250 to Bob"}})
+		ar := c.readUntilAll("approval_required", isType("approval_required"))
+		m := find(t, ar, "approval", isType("approval_required"))
+		c.send(map[string]any{"type": "approval_decision", "request_id": fmt.Sprint("d", i), "run_id": m["run_id"], "approval_id": m["approval_id"], "decision": decision,
+			"reason": "checked with Bob on the phone; the invoice number matches the one in the contract"})
+		c.untilEnd()
+	}
+
+	p := openConsole(t, browser, s.URL, adminKey, "/console/sessions")
+	p.do("a 1024×768 window", chromedp.EmulateViewport(1024, 768))
+	p.do("open the approvals", chromedp.Click(`#nav a[data-page="approvals"]`))
+	p.waitFor("three decided approvals", `window.agentplaneConsole.page() === 'approvals' && window.agentplaneConsole.state().decided === 3 && document.querySelectorAll('[data-testid="decided"] tbody tr').length === 3`)
+	type widths struct {
+		Window, Page, Wrap, Table, LastColumnRight, WrapRight float64
+	}
+	w := evalIn[widths](p, `(function () { var t = document.querySelector('[data-testid="decided"]'), wrap = t.parentElement, th = t.querySelectorAll('th');
+		return { Window: window.innerWidth, Page: document.documentElement.scrollWidth, Wrap: wrap.clientWidth, Table: t.scrollWidth,
+			LastColumnRight: th[th.length - 1].getBoundingClientRect().right, WrapRight: wrap.getBoundingClientRect().right }; })()`)
+	if w.Window != 1024 || w.Page > w.Window || w.Table > w.Wrap || w.LastColumnRight > w.WrapRight+1 {
+		t.Fatalf("at 1024 px the approvals page is %+v", w)
+	}
+	p.screenshot("console-approvals-1024.png")
+	for _, path := range []string{"sessions", "agents"} {
+		p.do("open "+path, chromedp.Click(`#nav a[data-page="`+path+`"]`))
+		p.waitFor(path, `window.agentplaneConsole.page() === '`+path+`' && window.agentplaneConsole.state().rows > 0`)
+		if page := evalIn[float64](p, `document.documentElement.scrollWidth`); page > 1024 {
+			t.Fatalf("at 1024 px the %s page is %v px wide", path, page)
+		}
+	}
+
+	// Bob has decided nothing.
+	u := openConsole(t, browser, s.URL, "bob:bob-key", "/console/approvals")
+	u.waitFor("bob's empty inbox", `window.agentplaneConsole.page() === 'approvals' && !!document.querySelector('[data-testid="pending-none"]') && !!document.querySelector('[data-testid="decided"] tr.empty')`)
+	if got := evalIn[string](u, `document.querySelector('[data-testid="decided"] tbody').textContent`); !strings.Contains(got, "None of your approvals") {
+		t.Fatalf("bob's Decided table says %q", got)
+	}
+
+	// The server goes away: the next page says so in words.
+	s.stop()
+	p.do("open the approvals", chromedp.Click(`#nav a[data-page="approvals"]`))
+	p.waitFor("the page says the server cannot be reached", `(function () { var e = document.querySelector('#view .error-box'); return !!e && e.textContent.indexOf('the server cannot be reached') >= 0; })()`)
+	if got := evalIn[string](p, `document.getElementById('view').textContent`); strings.Contains(got, "TypeError") || strings.Contains(got, "Failed to fetch") {
+		t.Fatalf("the page reads %q", got)
+	}
 }
 
 // TestBrowserConsoleUserKey: a user key logs in as user:key, sees its own sessions only, and
@@ -392,8 +474,8 @@ func TestBrowserConsoleUserKey(t *testing.T) {
 	p.waitFor("bob's session", `(function () { var s = window.agentplaneConsole.state(); return s && s.live === 'live' && s.runs.length === 1 && s.runs[0].status === 'DONE'; })()`)
 }
 
-// TestBrowserConsoleRegistryPages: agents (health, links), tools (policy), MCP servers (this
-// server has none: "not available"), usage (the demo's LLM calls by agent, model and user).
+// TestBrowserConsoleRegistryPages: agents (health, links, a remote A2A agent's card), tools
+// (policy), MCP servers (the demo's), usage (the demo's LLM calls by agent, model and user).
 func TestBrowserConsoleRegistryPages(t *testing.T) {
 	browser := newBrowser(t)
 	s := startDemo(t)
@@ -407,6 +489,30 @@ func TestBrowserConsoleRegistryPages(t *testing.T) {
 	p.waitFor("the agents", `!!document.querySelector('[data-testid="agents"] tr[data-agent-id="linked"]') && !!document.querySelector('[data-testid="agents"] tr[data-agent-id="demo"][data-status="healthy"]')`)
 	if got := evalIn[string](p, `document.querySelector('tr[data-agent-id="linked"]').textContent`); !strings.Contains(got, "demo") {
 		t.Fatalf("the linked agent's row says %q", got)
+	}
+	// The demo's currency agent is a remote A2A agent: its A2A column shows so, with the card
+	// stored at its registration (name, skills) and a link to where that card is.
+	code, cur := s.call("GET", "/v1/agents/currency", adminKey, nil)
+	card, _ := cur["a2a_card"].(map[string]any)
+	if code != http.StatusOK || cur["protocol"] != "a2a" || card == nil {
+		t.Fatalf("the currency agent: %d %v", code, cur)
+	}
+	p.waitFor("the remote agent's card", `(function () { var c = document.querySelector('tr[data-agent-id="currency"] [data-testid="a2a"]'); return !!c && c.dataset.a2a === 'remote' && !!c.querySelector('[data-testid="a2a-card-link"]'); })()`)
+	cell := evalIn[string](p, `document.querySelector('tr[data-agent-id="currency"] [data-testid="a2a"]').textContent`)
+	for _, want := range []string{"remote A2A agent", card["name"].(string), "skills: convert"} {
+		if !strings.Contains(cell, want) {
+			t.Fatalf("the currency agent's A2A column says %q, want %q in it", cell, want)
+		}
+	}
+	if href := evalIn[string](p, `document.querySelector('tr[data-agent-id="currency"] [data-testid="a2a-card-link"]').href`); href != cur["endpoint"] {
+		t.Fatalf("the card link goes to %q, the agent's card is at %v", href, cur["endpoint"])
+	}
+	// The demo agent is served over A2A here; the agent registered above takes no part.
+	if got := evalIn[string](p, `(function () { var c = document.querySelector('tr[data-agent-id="demo"] [data-testid="a2a"]'); return c.dataset.a2a + '|' + c.querySelector('a').getAttribute('href'); })()`); got != "served|/a2a/demo/.well-known/agent-card.json" {
+		t.Fatalf("the demo agent's A2A column: %q", got)
+	}
+	if got := evalIn[string](p, `document.querySelector('tr[data-agent-id="linked"] [data-testid="a2a"]').textContent`); got != "—" {
+		t.Fatalf("the linked agent's A2A column says %q", got)
 	}
 
 	p.do("tools", chromedp.Click(`#nav a[data-page="tools"]`))
@@ -445,5 +551,99 @@ func TestBrowserConsoleRegistryPages(t *testing.T) {
 	p.waitFor("the tools grid", `document.querySelector('[data-testid="tools"] tbody tr') !== null`)
 	if n := evalIn[float64](p, `document.querySelectorAll('table.grid tbody tbody').length`); n != 0 {
 		t.Fatalf("%v nested tbody elements on the tools page", n)
+	}
+}
+
+// chatTreeJS describes the conversation drawn under the element selected by sel (the chat page's
+// #messages, or a replay's chat pane) as data: each top-level item in order — its kind, run,
+// status and state, author, text and status line — and, for a sub-agent card, its agent and
+// input and the items nested inside it, the same way; for a tool card, the answer it shows.
+func chatTreeJS(sel string) string {
+	return `(function (root) {
+	function item(e) {
+		var sub = e.dataset.kind === 'subagent';
+		var q = function (s) { var x = e.querySelector(s); return x ? x.textContent : null; };
+		var o = {
+			kind: e.classList.contains('user') ? 'user' : e.classList.contains('assistant') ? 'assistant' : 'card:' + e.dataset.kind,
+			runId: e.dataset.runId || '', status: e.dataset.status || '', state: e.dataset.state || '',
+			author: q(':scope > .author'), text: q(sub ? ':scope > details > .sub-text' : ':scope > .text'), statusText: q(':scope > .status'),
+			answer: q(':scope > details.result:not([hidden]) > pre'),
+		};
+		if (sub) {
+			o.agent = q(':scope > details > summary > .sub-agent');
+			o.input = q(':scope > details > summary > .sub-input');
+			o.children = Array.from(e.querySelectorAll(':scope > details > .sub-children > .msg')).map(item);
+		}
+		return o;
+	}
+	return Array.from(root.querySelectorAll(':scope > .msg')).map(item);
+})(document.querySelector('` + sel + `'))`
+}
+
+// chatItem mirrors an entry of chatTreeJS.
+type chatItem struct {
+	Kind       string     `json:"kind"`
+	RunID      string     `json:"runId"`
+	Status     string     `json:"status"`
+	State      string     `json:"state"`
+	Author     *string    `json:"author"`
+	Text       *string    `json:"text"`
+	StatusText *string    `json:"statusText"`
+	Answer     *string    `json:"answer"` // what a tool card says the page answered
+	Agent      string     `json:"agent,omitempty"`
+	Input      string     `json:"input,omitempty"`
+	Children   []chatItem `json:"children,omitempty"`
+}
+
+// TestBrowserConsoleReplayPlannerChat: the replay of a planner session — two sub-agents, an
+// approval inside the payments agent's run — draws the chat the chat page drew: the user's
+// message, the weather card, the payments card with the approval inside it, then the planner's
+// answer; no child's run as a bubble of its own. Mid-way, the approval waits inside its card,
+// with nothing to click.
+func TestBrowserConsoleReplayPlannerChat(t *testing.T) {
+	browser := newBrowser(t)
+	s := startDemo(t)
+	chat := openChat(t, browser, s.URL, "planner")
+	chat.sendByClick("Plan my trip: weather in Paris, then send 250 to Bob")
+	chat.waitFor("the approval inside the payments card", `!!document.querySelector('`+nestedApprovalJS+`[data-state="pending"]')`)
+	chat.do("approve inside the card", chromedp.Click(nestedApprovalJS+`[data-state="pending"] [data-testid="approve-button"]`))
+	chat.waitAssistantStatus("done")
+	sid := chat.state().SessionID
+	chat.waitLastSeq(s, sid)
+	live := evalIn[[]chatItem](chat, chatTreeJS("#messages"))
+	if order := evalIn[string](chat, topOrderJS); order != "user,card:subagent,card:subagent,assistant" {
+		t.Fatalf("the chat page shows %s", order)
+	}
+
+	p := openConsole(t, browser, s.URL, adminKey, "/console/sessions/"+sid+"/replay?speed=instant&autoplay=1")
+	p.waitFor("the replay finishes", `(function () { var s = window.agentplaneConsole.state(); return s && s.finished && s.started; })()`)
+	replay := evalIn[[]chatItem](p, chatTreeJS(`[data-testid="replay-chat"]`))
+	a, _ := json.MarshalIndent(live, "", "  ")
+	b, _ := json.MarshalIndent(replay, "", "  ")
+	if string(a) != string(b) {
+		t.Fatalf("the replay's chat differs from the chat page's:\nchat page %s\nreplay    %s", a, b)
+	}
+	if len(replay) != 4 || len(replay[2].Children) != 1 || replay[2].Children[0].Kind != "card:approval" || replay[2].Children[0].State != "approved" {
+		t.Fatalf("the replay's chat %s", b)
+	}
+	if n := evalIn[int](p, `document.querySelectorAll('[data-testid="replay-chat"] .msg.child, [data-testid="replay-chat"] button, [data-testid="replay-chat"] input').length`); n != 0 {
+		t.Fatalf("the replay's chat has %d child-run bubbles or controls", n)
+	}
+	p.screenshot("console-replay-planner.png")
+
+	// Seek to where the approval was asked for: it waits inside the payments card.
+	var asked int64
+	for _, e := range s.events("/v1/sessions/" + sid + "/events") {
+		if e["type"] == "approval_created" {
+			asked = seqOf(e)
+		}
+	}
+	p.do("seek to the approval", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(function () { var s = document.querySelector('[data-testid="seek"]'); s.value = '%d'; s.dispatchEvent(new Event('change')); })()`, asked)))
+	p.waitFor("the replay at the approval", fmt.Sprintf(`(function () { var s = window.agentplaneConsole.state(); return s.pos === %d && !s.seeking; })()`, asked))
+	mid := evalIn[[]chatItem](p, chatTreeJS(`[data-testid="replay-chat"]`))
+	if len(mid) != 4 || mid[0].Kind != "user" || mid[1].Agent != "weather" || mid[1].Status != "done" || mid[2].Agent != "payments" || mid[2].Status != "running" ||
+		len(mid[2].Children) != 1 || mid[2].Children[0].State != "pending" || mid[3].Kind != "assistant" || mid[3].Status != "running" {
+		m, _ := json.MarshalIndent(mid, "", "  ")
+		t.Fatalf("at the approval the replay shows %s", m)
 	}
 }

@@ -224,7 +224,8 @@
     this.connect();
   };
 
-  // stop closes the socket for good (the settings changed or the page is going away).
+  // stop closes the socket (the settings changed, or the page is going away or into the
+  // browser's back/forward cache). start opens it again: it resubscribes after the last seq.
   Chat.prototype.stop = function () {
     this.stopped = true;
     if (this.reconnectTimer != null) this.clearTimeout(this.reconnectTimer);
@@ -235,6 +236,7 @@
     if (ws) {
       try { ws.close(1000, 'bye'); } catch (e) { /* already closed */ }
     }
+    this.forgetInFlight();
     this.setConnection('stopped');
   };
 
@@ -279,6 +281,16 @@
   Chat.prototype.handleClose = function () {
     this.ws = null;
     this.ready = false;
+    this.forgetInFlight();
+    if (this.stopped || this.connection === 'unauthorized') {
+      this.emitControls();
+      return;
+    }
+    this.scheduleReconnect();
+  };
+
+  // forgetInFlight lets go of what was asked on a connection that is gone.
+  Chat.prototype.forgetInFlight = function () {
     // An invoke that was on the wire may or may not have reached the server. Say so, free the
     // input, and keep its request_id: if the resubscribe replays a run_started for it, the
     // bubble is confirmed instead of duplicated.
@@ -289,11 +301,6 @@
     }
     this.requests.clear();
     this.runs.forEach(function (run) { run.cancelling = false; });
-    if (this.stopped || this.connection === 'unauthorized') {
-      this.emitControls();
-      return;
-    }
-    this.scheduleReconnect();
   };
 
   Chat.prototype.scheduleReconnect = function () {

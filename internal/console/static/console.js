@@ -116,7 +116,14 @@
     this.code = code || 'http_' + status;
     this.message = message || ('HTTP ' + status);
   }
-  APIError.prototype.toString = function () { return this.code + ': ' + this.message; };
+  APIError.prototype.toString = function () { return this.status ? this.code + ': ' + this.message : this.message; };
+
+  // unreachable turns fetch's own failure (a TypeError, "Failed to fetch": no answer at all)
+  // into an APIError that says so in words; anything else is returned as it is.
+  function unreachable(err) {
+    if (err instanceof TypeError) return new APIError(0, 'unreachable', 'the server cannot be reached (is it running?)');
+    return err;
+  }
 
   // api calls the HTTP API with the key and returns the decoded JSON. A 401 sends the console
   // back to the login form.
@@ -131,7 +138,7 @@
       init.body = JSON.stringify(opts.body);
     }
     if (opts.signal) init.signal = opts.signal;
-    return root.fetch(path, init).then(function (res) {
+    return root.fetch(path, init).catch(function (err) { throw unreachable(err); }).then(function (res) {
       return res.text().then(function (text) {
         var body = null;
         try { body = text ? JSON.parse(text) : null; } catch (e) { body = null; }
@@ -179,26 +186,71 @@
     });
   }
 
+  // --- the page's life in the back/forward cache ---
+
+  // A page left by a full load (a pasted URL, the "Chat" link, Back) may be kept whole in the
+  // browser's back/forward cache, and whatever requests it has open stay open there. A follow
+  // stream never ends by itself: after six such pages the browser's six connections to this
+  // host were all held by hidden pages and the console stopped loading (the audit's item 1).
+  // So everything long-lived stops on pagehide and starts again on a pageshow that restores
+  // the page (event.persisted).
+  function onPageLife(hide, show) {
+    function h() { hide(); }
+    function s(ev) { if (ev.persisted) show(); }
+    root.addEventListener('pagehide', h);
+    root.addEventListener('pageshow', s);
+    return function () {
+      root.removeEventListener('pagehide', h);
+      root.removeEventListener('pageshow', s);
+    };
+  }
+
+  // every calls fn each ms milliseconds (a page's polling), not while the page is hidden in the
+  // back/forward cache, and at once when it comes back from there. It returns {stop}.
+  function every(fn, ms) {
+    var timer = root.setInterval(fn, ms);
+    var off = onPageLife(function () {
+      root.clearInterval(timer);
+      timer = null;
+    }, function () {
+      if (timer == null) timer = root.setInterval(fn, ms);
+      fn();
+    });
+    return {
+      stop: function () {
+        off();
+        if (timer != null) root.clearInterval(timer);
+        timer = null;
+      },
+    };
+  }
+
   // --- the follow stream ---
 
   // follow reads GET /v1/sessions/{id}/events?follow=1 from afterSeq and calls onEvents with
   // each batch of events, in seq order, each once. A dropped stream is resumed with
-  // Last-Event-ID after a backoff; onState hears 'live', 'reconnecting' and 'stopped'. It
-  // returns {stop}.
+  // Last-Event-ID after a backoff; so is one the page closed on entering the back/forward cache,
+  // when the page comes back. onState hears 'live', 'reconnecting', 'suspended' and 'stopped'.
+  // It returns {stop, lastSeq}.
   function follow(sessionId, afterSeq, onEvents, onState) {
     var last = afterSeq || 0;
     var stopped = false;
+    var suspended = false;
     var ctl = null;
     var attempt = 0;
     var timer = null;
+    var gen = 0; // which connection a callback belongs to: a closed one's must not act late
     function state(s, info) { if (onState) onState(s, info || {}); }
     function connect() {
-      if (stopped) return;
+      if (stopped || suspended) return;
+      timer = null;
+      var mine = ++gen;
       ctl = new AbortController();
       var headers = { Accept: 'text/event-stream', Authorization: 'Bearer ' + (auth && auth.key) };
       if (last > 0) headers['Last-Event-ID'] = String(last);
       root.fetch('/v1/sessions/' + encodeURIComponent(sessionId) + '/events?follow=1&after_seq=' + last, { headers: headers, signal: ctl.signal, cache: 'no-store' })
         .then(function (res) {
+          if (mine !== gen) return null;
           if (!res.ok) {
             return res.text().then(function (t) {
               var b = null;
@@ -210,16 +262,16 @@
           }
           attempt = 0;
           state('live');
-          return read(res.body.getReader());
+          return read(res.body.getReader(), mine);
         })
-        .then(function () { retry(null); }, function (err) { retry(err); });
+        .then(function () { retry(null, mine); }, function (err) { retry(err, mine); });
     }
-    function read(reader) {
+    function read(reader, mine) {
       var decoder = new TextDecoder();
       var buf = '';
       function pump() {
         return reader.read().then(function (r) {
-          if (r.done || stopped) return;
+          if (r.done || stopped || mine !== gen) return;
           buf += decoder.decode(r.value, { stream: true });
           var batch = [];
           var i;
@@ -243,23 +295,43 @@
       }
       return pump();
     }
-    function retry(err) {
-      if (stopped) return;
+    function retry(err, mine) {
+      if (stopped || suspended || mine !== gen) return;
       if (err && err.fatal) {
         stopped = true;
+        offPageLife();
         state('stopped', { error: err });
         return;
       }
       var delay = Math.min(5000, 500 * Math.pow(2, attempt++));
-      state('reconnecting', { delayMs: delay, lastSeq: last, error: err });
+      state('reconnecting', { delayMs: delay, lastSeq: last, error: unreachable(err) });
       timer = root.setTimeout(connect, delay);
     }
+    // close ends the current connection, if any, without a word to onState.
+    function close() {
+      gen++;
+      if (timer) root.clearTimeout(timer);
+      timer = null;
+      if (ctl) ctl.abort();
+      ctl = null;
+    }
+    var offPageLife = onPageLife(function () {
+      if (stopped || suspended) return;
+      suspended = true;
+      close();
+      state('suspended', { lastSeq: last });
+    }, function () {
+      if (stopped || !suspended) return;
+      suspended = false;
+      attempt = 0;
+      connect();
+    });
     connect();
     return {
       stop: function () {
         stopped = true;
-        if (timer) root.clearTimeout(timer);
-        if (ctl) ctl.abort();
+        offPageLife();
+        close();
         state('stopped');
       },
       lastSeq: function () { return last; },
@@ -376,7 +448,8 @@
   var AP = {
     el: el, link: link, pretty: pretty, clip: clip,
     fmtTime: fmtTime, fmtClock: fmtClock, fmtDuration: fmtDuration, fmtCost: fmtCost, fmtInt: fmtInt,
-    api: api, query: query, login: login, follow: follow, eventsPage: eventsPage, sessionSummary: sessionSummary,
+    api: api, query: query, login: login, follow: follow, every: every, onPageLife: onPageLife, unreachable: unreachable,
+    eventsPage: eventsPage, sessionSummary: sessionSummary,
     allPages: allPages, APIError: APIError, PAGE_SIZE: PAGE_SIZE,
     auth: function () { return auth; }, setAuth: setAuth, isAdmin: isAdmin,
     route: route, navigate: navigate, render: render, setQuery: setQuery, toast: toast,

@@ -7,12 +7,22 @@
   var el = AP.el;
 
   // table builds a grid; rows are <tr>s, or a <tbody> the caller fills later
-  // (used as it is, not wrapped in another).
+  // (used as it is, not wrapped in another). It comes in a box that scrolls sideways when the
+  // grid is wider than the page (long ids, many columns) so the page itself never does.
   function table(headers, rows, attrs) {
     var body = rows && rows.tagName === 'TBODY' ? rows : el('tbody', {}, rows);
-    return el('table', Object.assign({ class: 'grid' }, attrs || {}),
+    return wrap(el('table', Object.assign({ class: 'grid' }, attrs || {}),
       el('thead', {}, el('tr', {}, headers.map(function (h) { return el('th', { text: h }); }))),
-      body);
+      body));
+  }
+
+  function wrap(t) {
+    return el('div', { class: 'table-wrap' }, t);
+  }
+
+  // emptyRow is the one row of a grid with nothing to show.
+  function emptyRow(cols, text) {
+    return el('tr', { class: 'empty' }, el('td', { colspan: String(cols), class: 'muted', text: text }));
   }
 
   function td(v, attrs) {
@@ -20,6 +30,15 @@
     if (v != null && typeof v === 'object') c.appendChild(v);
     else c.textContent = v == null || v === '' ? '—' : String(v);
     return c;
+  }
+
+  // timeCell shows a time that breaks, when the column is narrow, between the date and the
+  // clock only (not at the date's hyphens).
+  function timeCell(ms) {
+    var t = AP.fmtTime(ms);
+    var i = t.indexOf(' ');
+    if (i < 0) return td(t);
+    return el('td', {}, el('span', { class: 'nowrap', text: t.slice(0, i) }), ' ', el('span', { class: 'nowrap', text: t.slice(i + 1) }));
   }
 
   function errorLine(err) {
@@ -73,9 +92,7 @@
 
     function load(first) {
       if (first) {
-        box.replaceChildren(el('table', { class: 'grid', 'data-testid': 'sessions' },
-          el('thead', {}, el('tr', {}, ['Session', 'User', 'Status', 'Runs', 'Agents', 'Events', 'Created', 'Last event'].map(function (h) { return el('th', { text: h }); }))),
-          tbody));
+        box.replaceChildren(table(['Session', 'User', 'Status', 'Runs', 'Agents', 'Events', 'Created', 'Last event'], tbody, { 'data-testid': 'sessions' }));
         tbody.replaceChildren();
         count = 0;
       }
@@ -86,9 +103,9 @@
           tbody.appendChild(el('tr', { dataset: { sessionId: s.session_id } },
             td(AP.link('/console/sessions/' + encodeURIComponent(s.session_id), s.session_id, { class: 'mono' })),
             td(s.user_id), td(el('span', { class: 'badge ' + (s.status === 'active' ? 'info' : ''), text: s.status })),
-            td(s.root_runs), td((s.agents || []).join(', ')), td(AP.fmtInt(s.last_seq)), td(AP.fmtTime(s.created_at)), td(AP.fmtTime(s.last_event_at))));
+            td(s.root_runs), td((s.agents || []).join(', ')), td(AP.fmtInt(s.last_seq)), timeCell(s.created_at), timeCell(s.last_event_at)));
         });
-        if (!count) tbody.appendChild(el('tr', {}, el('td', { colspan: '8', class: 'muted', text: 'No sessions match.' })));
+        if (!count) tbody.appendChild(emptyRow(8, 'No sessions match.'));
         cursor = b.next_cursor;
         more.hidden = !cursor;
       }, function (err) { box.appendChild(errorLine(err)); });
@@ -153,13 +170,15 @@
       c.querySelectorAll('button, input').forEach(function (b) { b.disabled = true; });
       status.textContent = decision === 'approve' ? 'approving…' : 'rejecting…';
       AP.api('/v1/approvals/' + encodeURIComponent(a.approval_id) + ':decide', { method: 'POST', body: { decision: decision, reason: reason.trim() } }).then(function (res) {
-        status.textContent = res.status.toLowerCase();
-        c.dataset.state = res.status.toLowerCase();
+        // Decided: the card leaves Pending at the refresh; the Decided table lists it.
         AP.toast('Approval ' + a.approval_id + ' ' + res.status.toLowerCase(), 'info');
         refresh();
       }, function (err) {
+        // Refused (someone decided first, it expired, the server is gone): say so on the card;
+        // the refresh drops it if it is no longer pending, or offers it again.
         status.textContent = 'refused — ' + err;
-        c.dataset.state = 'refused';
+        AP.toast('Approval ' + a.approval_id + ': decision refused — ' + err, 'error');
+        c.querySelectorAll('button, input').forEach(function (b) { b.disabled = false; });
         refresh();
       });
     }
@@ -176,15 +195,11 @@
         if (stopped) return;
         pendingIds = list.map(function (a) { return a.approval_id; });
         var keep = new Set(pendingIds);
-        cards.forEach(function (c, id) {
-          // A decided card stays until its outcome has been read.
-          if (!keep.has(id) && !c.dataset.state) cards.delete(id);
-          else if (!keep.has(id) && c.dataset.state) { c.dataset.done = '1'; }
-        });
+        // Decided (here or anywhere else) or expired: no longer pending, so off the list.
+        cards.forEach(function (c, id) { if (!keep.has(id)) cards.delete(id); });
         list.forEach(function (a) { if (!cards.has(a.approval_id)) cards.set(a.approval_id, card(a)); });
         var order = list.map(function (a) { return cards.get(a.approval_id); });
-        cards.forEach(function (c, id) { if (!keep.has(id)) order.push(c); });
-        pendingBox.replaceChildren.apply(pendingBox, order.length ? order : [el('p', { class: 'muted', text: 'Nothing is waiting for a decision.' })]);
+        pendingBox.replaceChildren.apply(pendingBox, order.length ? order : [el('p', { class: 'muted', 'data-testid': 'pending-none', text: 'Nothing is waiting for a decision.' })]);
         tick();
       }, function (err) { pendingBox.replaceChildren(errorLine(err)); });
       loadDecided(true);
@@ -195,26 +210,31 @@
       AP.api('/v1/approvals' + AP.query({ order: 'desc', limit: 50, cursor: cursor })).then(function (b) {
         if (stopped) return;
         if (first) recentBody.replaceChildren();
+        var empty = recentBody.querySelector('tr.empty');
+        if (empty) empty.remove();
         b.approvals.forEach(function (a) {
           if (a.status === 'PENDING') return;
           decidedCount++;
           recentBody.appendChild(el('tr', { dataset: { approvalId: a.approval_id, status: a.status } },
-            td(el('code', { text: a.approval_id })), td(a.tool_name), td(a.args_summary),
+            td(el('code', { text: a.approval_id })), td(a.tool_name), td(a.args_summary, { class: 'break' }),
             td(el('span', { class: 'badge ' + AP.statusClass(a.status === 'APPROVED' ? 'DONE' : a.status === 'REJECTED' ? 'FAILED' : 'CANCELLED'), text: a.status })),
-            td(a.decided_by), td(a.reason), td(AP.fmtTime(a.decided_at)),
+            td(a.decided_by), td(a.reason, { class: 'break' }), timeCell(a.decided_at),
             td(AP.link('/console/sessions/' + encodeURIComponent(a.session_id), a.session_id, { class: 'mono' }))));
         });
+        if (!decidedCount) recentBody.replaceChildren(emptyRow(8, AP.isAdmin() ? 'No approval has been decided yet.' : 'None of your approvals has been decided yet.'));
         cursor = b.next_cursor;
         more.hidden = !cursor;
-      }, function () {});
+      }, function (err) {
+        if (!stopped && first) recentBody.replaceChildren(el('tr', {}, el('td', { colspan: '8' }, errorLine(err))));
+      });
     }
 
     more.addEventListener('click', function () { loadDecided(false); });
     refresh();
-    var poll = root.setInterval(refresh, 5000);
+    var poll = AP.every(refresh, 5000);
     var ticker = root.setInterval(tick, 1000);
     AP.pageState = function () { return { pending: pendingIds.slice(), decided: decidedCount }; };
-    return function () { stopped = true; root.clearInterval(poll); root.clearInterval(ticker); };
+    return function () { stopped = true; poll.stop(); root.clearInterval(ticker); };
   });
 
   // --- agents ---
@@ -233,17 +253,56 @@
       list.forEach(function (a) {
         var linked = el('span');
         (a.linked_agents || []).forEach(function (l, i) { if (i) linked.appendChild(document.createTextNode(', ')); linked.appendChild(el('code', { text: l })); });
-        // A2A (DESIGN §12): agents registered with a2a:true serve their card publicly.
-        var card = a.a2a ? el('a', { href: '/a2a/' + encodeURIComponent(a.agent_id) + '/.well-known/agent-card.json', target: '_blank', rel: 'noopener', text: 'agent card' }) : '—';
         tbody.appendChild(el('tr', { dataset: { agentId: a.agent_id, status: a.status } },
           td(el('code', { text: a.agent_id })), td(a.name), td(el('span', { class: 'badge ' + (a.status === 'healthy' ? 'good' : a.status === 'unhealthy' ? 'bad' : ''), text: a.status })),
-          td(a.endpoint), td(linked), td((a.capabilities || []).join(', ')), td(card), td(AP.fmtTime(a.last_heartbeat_at)), td(AP.fmtTime(a.last_probe_at))));
+          td(a.endpoint, { class: 'break' }), td(linked), td((a.capabilities || []).join(', ')), a2aCell(a), timeCell(a.last_heartbeat_at), timeCell(a.last_probe_at)));
       });
-      if (!list.length) tbody.appendChild(el('tr', {}, el('td', { colspan: '9', class: 'muted', text: 'No agents registered.' })));
+      if (!list.length) tbody.appendChild(emptyRow(9, 'No agents registered.'));
     }, function (err) { page.appendChild(errorLine(err)); });
     AP.pageState = function () { return { rows: n }; };
     return function () { stopped = true; };
   });
+
+  // a2aCell says how an agent takes part in A2A (DESIGN §12): served here (a2a: true; its card
+  // is public under /a2a/{id}), and/or a remote A2A agent (protocol "a2a"): the card stored at
+  // its registration — name, skills — and where that card is.
+  function a2aCell(a) {
+    var c = el('td', { 'data-testid': 'a2a' });
+    if (a.a2a) {
+      c.dataset.a2a = 'served';
+      c.appendChild(el('div', {}, el('a', { href: '/a2a/' + encodeURIComponent(a.agent_id) + '/.well-known/agent-card.json', target: '_blank', rel: 'noopener', text: 'agent card' }), ' (served here)'));
+    }
+    if (a.protocol === 'a2a') {
+      c.dataset.a2a = 'remote';
+      var box = el('div', { class: 'a2a-remote' }, el('span', { class: 'badge info', text: 'remote A2A agent' }));
+      c.appendChild(box);
+      var show = function (card) {
+        if (!card || typeof card !== 'object') {
+          box.appendChild(el('div', { class: 'muted', text: 'no card stored' }));
+          return;
+        }
+        var skills = Array.isArray(card.skills) ? card.skills.map(function (k) { return k && (k.name || k.id); }).filter(Boolean) : [];
+        box.appendChild(el('div', { class: 'a2a-name' }, el('strong', { text: card.name || '(no name)' }), card.version ? el('span', { class: 'muted', text: ' v' + card.version }) : null));
+        if (card.description) box.title = card.description;
+        if (skills.length) box.appendChild(el('div', { class: 'a2a-skills' }, el('span', { class: 'muted', text: 'skills: ' }), skills.join(', ')));
+        var href = cardURL(a.endpoint);
+        if (href) box.appendChild(el('div', {}, el('a', { href: href, target: '_blank', rel: 'noopener noreferrer', 'data-testid': 'a2a-card-link', text: 'its card' })));
+      };
+      // The list carries the card; an older server's may not, so ask for the agent itself then.
+      if (a.a2a_card) show(a.a2a_card);
+      else AP.api('/v1/agents/' + encodeURIComponent(a.agent_id)).then(function (full) { show(full && full.a2a_card); }, function () { show(null); });
+    }
+    if (!c.firstChild) c.textContent = '—';
+    return c;
+  }
+
+  // cardURL is where a remote A2A agent's card is: its endpoint when that names the card, else
+  // the well-known path under it (docs/API.md, remote A2A agents). Only http(s) URLs are links.
+  function cardURL(endpoint) {
+    if (typeof endpoint !== 'string' || !/^https?:\/\//i.test(endpoint)) return '';
+    if (/\/\.well-known\//.test(endpoint) || /\.json$/i.test(endpoint)) return endpoint;
+    return endpoint.replace(/\/+$/, '') + '/.well-known/agent-card.json';
+  }
 
   // --- tools ---
 
@@ -266,7 +325,7 @@
           td(t.on_failure), td((t.agents || []).join(', ') || 'all'), td(t.description),
           td(el('details', {}, el('summary', { text: 'JSON' }), el('pre', { class: 'json', text: AP.pretty(t) })))));
       });
-      if (!list.length) tbody.appendChild(el('tr', {}, el('td', { colspan: '8', class: 'muted', text: 'No tools registered.' })));
+      if (!list.length) tbody.appendChild(emptyRow(8, 'No tools registered.'));
     }, function (err) { page.appendChild(errorLine(err)); });
     AP.pageState = function () { return { rows: n }; };
     return function () { stopped = true; };

@@ -1,8 +1,9 @@
 // replay.js — replay of a session as it happened (/console/sessions/{id}/replay): the log is read
 // a page at a time and played on a clock at 1×, 10× or as fast as it can be drawn ("instant"),
-// pausable and seekable (a slider over the seqs), with the chat — driven by the chat page's own
-// protocol core, chat.js — and the timeline in step. Long idle gaps (an approval waiting for a
-// human) are shortened to MAX_GAP_MS so a replay never sits still for minutes.
+// pausable and seekable (a slider over the seqs), with the chat — fed what the chat page was
+// sent, run by its own protocol core (chat.js) and drawn by its own view (chatview.js) — and the
+// timeline in step. Long idle gaps (an approval waiting for a human) are shortened to
+// MAX_GAP_MS so a replay never sits still for minutes.
 // ?speed=1|10|instant&autoplay=1 start it without a click.
 (function (root) {
   'use strict';
@@ -24,11 +25,21 @@
     sub_agent_complete: 'sub_agent_complete', sub_agent_error: 'sub_agent_error',
   };
 
+  // childInternal are the types a child run's clients are not sent (ingress.childInternal): the
+  // sub_agent_* events stand in for a child's start, deltas and end (DESIGN §11).
+  var childInternal = {
+    run_started: true, agent_stream_delta: true, run_done: true, run_failed: true, run_cancelled: true, input_required: true,
+  };
+
+  // BROWSER_ERRORS are the error codes the chat page itself answers a client tool with (chat.js).
+  var BROWSER_ERRORS = { unsupported_tool: true, tool_error: true };
+
   // clientMessage is the message a chat client was sent for a logged event (the envelope, then
-  // the payload's fields, as ingress.ClientMessage builds it), or null for an internal event.
+  // the payload's fields, as ingress.ClientMessage builds it), or null for an event no client
+  // is sent.
   function clientMessage(e) {
     var type = clientTypes[e.type];
-    if (!type) return null;
+    if (!type || (e.parent_run_id && childInternal[e.type])) return null;
     var m = { type: type, session_id: e.session_id, seq: e.seq, event_id: e.event_id, ts: e.ts, run_id: e.run_id };
     if (e.parent_run_id) m.parent_run_id = e.parent_run_id;
     var p = e.payload;
@@ -36,38 +47,6 @@
     return m;
   }
   AP.clientMessage = clientMessage;
-
-  // chatView renders chat.js's items into box, as the chat page draws them: user and agent
-  // bubbles, and the tool and approval cards (read-only here).
-  function chatView(box) {
-    var els = new Map();
-    function fill(li, item) {
-      li.dataset.status = item.status || '';
-      if (item.runId) li.dataset.runId = item.runId;
-      if (item.tool) li.dataset.state = item.tool.state;
-      if (item.approval) li.dataset.state = item.approval.state;
-      li.querySelector('.text').textContent = item.text;
-      li.querySelector('.status').textContent = item.statusText || '';
-    }
-    return {
-      added: function (item, before) {
-        var li = el('div', { class: 'msg ' + item.role + (item.kind ? ' card' : '') + (item.child ? ' child' : ''), 'data-testid': 'message', dataset: { kind: item.kind || '' } });
-        if (item.role === 'assistant') li.appendChild(el('div', { class: 'author', text: item.child ? 'sub-agent · ' + (item.agentId || '') : (item.agentId || 'assistant') }));
-        li.appendChild(el('div', { class: 'text' }));
-        li.appendChild(el('div', { class: 'status' }));
-        els.set(item.id, li);
-        fill(li, item);
-        var next = before ? els.get(before.id) || null : null;
-        if (!next && item.kind && item.runId) next = box.querySelector('.msg.assistant[data-run-id="' + CSS.escape(item.runId) + '"]');
-        box.insertBefore(li, next);
-      },
-      updated: function (item) {
-        var li = els.get(item.id);
-        if (li) fill(li, item);
-      },
-      cleared: function () { els.clear(); box.replaceChildren(); },
-    };
-  }
 
   AP.route('/console/sessions/:id/replay', 'replay', function (view, params, q) {
     var id = params.id;
@@ -111,8 +90,9 @@
         follow: function () { return root.innerHeight + root.scrollY >= document.documentElement.scrollHeight - 300; },
       });
       chatBox.replaceChildren();
+      // Drawn by the chat page's own view (chatview.js), read-only: nothing here decides.
       chat = new Core.Chat({
-        url: null, settings: { user: '', key: '', agent: '' }, sessionId: id, view: chatView(chatBox),
+        url: null, settings: { user: '', key: '', agent: '' }, sessionId: id, view: root.AgentplaneChatView(chatBox, { readOnly: true }),
         clientTools: {}, now: function () { return st.clock || Date.now(); },
         // The replay's cards settle from the log's own outcomes, never from a timer.
         setTimeout: function () { return 0; }, clearTimeout: function () {},
@@ -157,8 +137,20 @@
       model.add([e]);
       var m = clientMessage(e);
       if (m) chat.onLogEvent(m);
+      else if (e.type === 'tool_result') answerFromLog(e.payload || {});
       st.pos = e.seq;
       if (!st.started) st.started = true;
+    }
+
+    // answerFromLog puts on a client tool's card what the chat page answered, as the page showed
+    // it: the log has it as the call's result (tool_result, which clients are not sent).
+    function answerFromLog(p) {
+      var card = chat.toolCards.get(p.tool_call_id);
+      if (!card || card.tool.answer) return;
+      var answer = null;
+      if (p.state === 'SUCCEEDED') answer = { ok: true, result: p.result === undefined ? null : p.result };
+      else if (p.error && BROWSER_ERRORS[p.error.code]) answer = { ok: false, error: { code: p.error.code, message: p.error.message || '' } };
+      if (answer) chat.setTool(card, { answer: answer });
     }
 
     function fail(err) {

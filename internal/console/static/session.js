@@ -1,7 +1,8 @@
 // session.js — the session view (/console/sessions/{id}): the run tree and the timeline of every
 // run, LLM call, tool call and state, loaded a page of the log at a time as the reader scrolls,
-// then followed live (GET /v1/sessions/{id}/events?follow=1, resumed after a reconnect from the
-// last seq). ?run=RUN_ID narrows the timeline to one run's events.
+// then followed live (GET /v1/sessions/{id}/events?follow=1, resumed after a reconnect, or after
+// the page comes back from the back/forward cache, from the last seq), the summary line (events,
+// last event, agents) keeping up. ?run=RUN_ID narrows the timeline to one run's events.
 (function (root) {
   'use strict';
 
@@ -58,7 +59,7 @@
     view.appendChild(page);
 
     var live = el('span', { class: 'live', 'data-testid': 'live-status', dataset: { state: 'loading' }, text: 'loading…' });
-    var meta = el('p', { class: 'muted session-meta' });
+    var meta = el('p', { class: 'muted session-meta', 'data-testid': 'session-meta' });
     var runsBox = el('div', { class: 'runs-box' }, el('p', { class: 'muted', text: 'loading runs…' }));
     var errBox = el('div', { class: 'error-box', role: 'alert', hidden: true });
     var jump = el('button', { type: 'button', class: 'btn btn-small', text: 'Jump to latest', title: 'Load the end of the log and follow it live' });
@@ -78,6 +79,30 @@
 
     var model, tview, cursor, loading, atEnd, follower, stopped = false, error = null, liveState = 'loading';
     var apiRuns = [];
+    // What the summary line says: the session's row, then what the events read since add to it,
+    // so it keeps up with the timeline while the session is live.
+    var summary = null; // {user_id, created_at, last_seq, last_event_at, agents}
+
+    function showSummary() {
+      if (!summary) return;
+      meta.replaceChildren('user ' + (summary.user_id || '—') + ' · created ' + AP.fmtTime(summary.created_at) + ' · ',
+        el('span', { 'data-testid': 'session-events', text: AP.fmtInt(summary.last_seq) }), ' events · last event ',
+        el('span', { 'data-testid': 'session-last-event', dataset: { ts: summary.last_event_at || 0 }, text: AP.fmtTime(summary.last_event_at) }),
+        ' · agents ' + (summary.agents.join(', ') || '—'));
+    }
+
+    // noteModel folds what the events read so far say (a page, or a batch of the live stream)
+    // into the summary.
+    function noteModel() {
+      if (!summary || runFilter) return; // one run's events say nothing of the session's end
+      var changed = false;
+      if (model.lastSeq > summary.last_seq) { summary.last_seq = model.lastSeq; changed = true; }
+      if (model.lastTs > summary.last_event_at) { summary.last_event_at = model.lastTs; changed = true; }
+      model.runOrder.forEach(function (r) {
+        if (r.agentId && summary.agents.indexOf(r.agentId) < 0) { summary.agents.push(r.agentId); changed = true; }
+      });
+      if (changed) showSummary();
+    }
 
     function setLive(s, text) {
       liveState = s;
@@ -115,6 +140,7 @@
         loading = false;
         if (stopped) return;
         model.add(p.events);
+        noteModel();
         cursor = p.next;
         if (p.events.length < AP.PAGE_SIZE) {
           atEnd = true;
@@ -135,12 +161,14 @@
       setLive('connecting', 'connecting…');
       follower = AP.follow(id, cursor, function (events) {
         model.add(events);
+        noteModel();
         cursor = model.lastSeq;
         tview.update();
         refreshRuns();
       }, function (s, info) {
         if (s === 'live') setLive('live', '● live');
         else if (s === 'reconnecting') setLive('reconnecting', 'reconnecting after seq ' + info.lastSeq + '…');
+        else if (s === 'suspended') setLive('connecting', 'resuming after seq ' + info.lastSeq + '…');
         else if (s === 'stopped' && info.error) fail(info.error);
       });
     }
@@ -178,8 +206,9 @@
         fail(new AP.APIError(404, 'session_not_found', 'no such session'));
         return;
       }
-      meta.textContent = 'user ' + (s.user_id || '—') + ' · created ' + AP.fmtTime(s.created_at) + ' · ' + AP.fmtInt(s.last_seq) +
-        ' events · last event ' + AP.fmtTime(s.last_event_at) + ' · agents ' + (s.agents.join(', ') || '—');
+      summary = { user_id: s.user_id, created_at: s.created_at, last_seq: s.last_seq || 0, last_event_at: s.last_event_at || 0, agents: (s.agents || []).slice() };
+      showSummary();
+      noteModel(); // what was read before the row came counts too
       jump.onclick = function () {
         AP.sessionSummary(id).then(function (s2) { start(Math.max(0, ((s2 && s2.last_seq) || 0) - 200)); });
       };
@@ -197,6 +226,7 @@
       s.rendered = tview ? tview.rendered : 0;
       s.error = error ? error.code : '';
       s.runFilter = runFilter;
+      s.summary = summary ? { events: summary.last_seq, lastEventAt: summary.last_event_at, agents: summary.agents.slice() } : null;
       return s;
     };
 
