@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+
+	"github.com/a2aproject/a2a-go/v2/errordetails"
 )
 
 // v03Writer mends the JSON-RPC errors of a2a-go's v0.3 binding. That binding
@@ -71,7 +73,7 @@ func v03Error(p []byte) ([]byte, bool) {
 	reason := ""
 	for _, d := range resp.Error.Data {
 		t, _ := d["@type"].(string)
-		if t == "type.googleapis.com/google.rpc.ErrorInfo" {
+		if t == errordetails.ErrorInfoType {
 			reason, _ = d["reason"].(string)
 			continue
 		}

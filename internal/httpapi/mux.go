@@ -104,9 +104,20 @@ func verbRoute(mux *http.ServeMux, r *http.Request) ([]string, string, bool) {
 	return known, r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:], ok
 }
 
+// verbPrefixes are verbRoutes' paths without their last segment
+// ("/v1/agents/").
+var verbPrefixes = func() []string {
+	var out []string
+	for pattern := range verbRoutes {
+		path := strings.TrimPrefix(pattern, http.MethodPost+" ")
+		out = append(out, path[:strings.LastIndexByte(path, '/')+1])
+	}
+	return out
+}()
+
 // hasVerbPrefix: path is under one of verbRoutes' prefixes.
 func hasVerbPrefix(path string) bool {
-	for _, p := range [...]string{"/v1/agents/", "/v1/runs/", "/v1/tools/", "/v1/tool_calls/", "/v1/approvals/"} {
+	for _, p := range verbPrefixes {
 		if strings.HasPrefix(path, p) {
 			return true
 		}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/agentplane/agentplane/internal/respond"
@@ -74,8 +73,7 @@ func (s *Service) SubmitClientResult(ctx context.Context, r ClientResult) (*Call
 			// times out now, as the sweeper would have it a moment later,
 			// and the answer is dropped — not taken because the sweeper
 			// had not come round yet (found by an external audit).
-			msg := fmt.Sprintf("no result within the tool timeout of %d ms", c.TimeoutMS)
-			d, err := st.finish(c, []string{store.ToolCallWaitingClient}, store.ToolCallTimeout, nil, errorJSON("timeout", msg, nil), st.at)
+			d, err := st.timeOut(c, st.at)
 			current = d
 			if errors.Is(err, store.ErrConflict) {
 				return nil

@@ -202,9 +202,7 @@ func (s *Service) invoke(ctx context.Context, p InvokeParams) (*CallView, error)
 	}
 	if existing != nil {
 		if existing.ArgsHash != hash || existing.ToolName != t.Def.Name {
-			e := *ErrIdempotencyConflict
-			e.Details = map[string]any{"tool_call_id": existing.ToolCallID}
-			return nil, &e
+			return nil, idempotencyConflict(existing)
 		}
 		return s.settle(ctx, existing, p.NoWait)
 	}
@@ -238,11 +236,16 @@ func (s *Service) replay(ctx context.Context, p InvokeParams, refused error) (*C
 		return nil, refused
 	}
 	if _, hash := canonicalArgs(objectArgs(p.Args)); hash != c.ArgsHash {
-		e := *ErrIdempotencyConflict
-		e.Details = map[string]any{"tool_call_id": c.ToolCallID}
-		return nil, &e
+		return nil, idempotencyConflict(c)
 	}
 	return s.settle(ctx, c, p.NoWait)
+}
+
+// idempotencyConflict refuses a key already used by c with other args.
+func idempotencyConflict(c *store.ToolCall) error {
+	e := *ErrIdempotencyConflict
+	e.Details = map[string]any{"tool_call_id": c.ToolCallID}
+	return &e
 }
 
 // objectArgs is the args an invoke sent, none or null read as {}.

@@ -55,8 +55,7 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 			case store.ToolCallWaitingApproval:
 				_, err = st.expireApproval(c, now)
 			case store.ToolCallDispatched, store.ToolCallRunning, store.ToolCallWaitingClient:
-				msg := fmt.Sprintf("no result within the tool timeout of %d ms", c.TimeoutMS)
-				_, err = st.finish(c, []string{c.Status}, store.ToolCallTimeout, nil, errorJSON("timeout", msg, nil), now)
+				_, err = st.timeOut(c, now)
 				if err == nil && c.Kind == store.ToolKindAgent {
 					// The call's execution is a child run: it stops with the call.
 					err = st.endChild(c, "timeout", fmt.Sprintf("the %s tool call that started this run timed out after %d ms", c.ToolName, c.TimeoutMS))
@@ -81,6 +80,13 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// timeOut ends c TIMEOUT, its deadline having passed by now (guarded on it:
+// a call whose deadline moved on is a conflict).
+func (st *step) timeOut(c *store.ToolCall, now int64) (*store.ToolCall, error) {
+	msg := fmt.Sprintf("no result within the tool timeout of %d ms", c.TimeoutMS)
+	return st.finish(c, []string{c.Status}, store.ToolCallTimeout, nil, errorJSON("timeout", msg, nil), now)
 }
 
 // errMovedOn rolls back a sweep step whose call moved on meanwhile.
