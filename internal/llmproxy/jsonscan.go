@@ -174,11 +174,14 @@ func findUsageObject(b []byte) span {
 
 // scanKeys finds, in one pass over b (a JSON document or SSE event), the
 // span of the last `"usage": {…}` object (see findUsageObject) and whether
-// an "error" key anywhere has an object or a string for its value. It goes
+// an "error" key anywhere has an object or a string for its value, or an
+// "object" key has the value "error" (vLLM's error chunk, below). It goes
 // from colon to colon and looks at the key before each: a chunk has few
 // colons besides its keys' but quotes everywhere, which makes a search for
 // a key that starts with one several times slower (bytes.Index falls back
 // to its brute force), and the two keys cost one pass, not two.
+var errorValue = []byte(`"error"`)
+
 func scanKeys(b []byte) (usage span, hasError bool) {
 	usage = absent
 	for off := 0; ; {
@@ -207,6 +210,13 @@ func scanKeys(b []byte) (usage span, hasError bool) {
 		case `"error"`:
 			i := skipSpace(b, colon+1)
 			hasError = hasError || i < len(b) && (b[i] == '{' || b[i] == '"')
+		case `object"`:
+			// vLLM (before it took OpenAI's {"error":{…}}) ends a failing
+			// stream with its ErrorResponse, {"object":"error","message":…}.
+			if q >= 7 && b[q-7] == '"' {
+				i := skipSpace(b, colon+1)
+				hasError = hasError || bytes.HasPrefix(b[i:], errorValue)
+			}
 		}
 	}
 }

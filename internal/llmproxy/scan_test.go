@@ -102,7 +102,10 @@ func TestScanKeys(t *testing.T) {
 	}{
 		{`data: {"choices":[{"delta":{"content":"a: b"},"finish_reason":null}],"usage":null}`, "", false},
 		{`data: {"choices":[{"delta":{"content":"the \"error\": {\"x\":1} and \"usage\": {}"}}]}`, "", false},
-		{`data: {"choices":[{"delta":{},"finish_reason":"error"}],"object":"error"}`, "", false},
+		{`data: {"choices":[{"delta":{},"finish_reason":"error"}],"object":"chat.completion.chunk"}`, "", false},
+		// vLLM's error chunk; inspect then checks it is one (isErrorObject).
+		{`data: {"object":"error","message":"too long","type":"BadRequestError","param":null,"code":400}`, "", true},
+		{`data: {"choices":[{"delta":{"content":"\"object\":\"error\""}}]}`, "", false},
 		{`data: {"error":{"message":"overloaded","type":"server_error"}}`, "", true},
 		{`data: {"id":"x","error" : "overloaded","choices":[]}`, "", true},
 		{`data: {"error":null,"usage" :{"total_tokens":3}}`, `{"total_tokens":3}`, false},

@@ -30,10 +30,13 @@ func (c *call) inspect(ev []byte) span {
 	}
 	u, hasError := scanKeys(ev)
 	// OpenAI ends a failing stream with {"error":{…}} (its SDKs raise on
-	// it); routers put the error beside the chunk's choices.
+	// it); routers put the error beside the chunk's choices; older vLLM
+	// sends its error object itself, {"object":"error","message":…}.
 	if hasError {
 		if e := errorMember(ev); e != nil {
 			c.failStream(streamError(e))
+		} else if data := sseData(ev); isErrorObject(data) {
+			c.failStream(streamError(data))
 		}
 	}
 	if !u.ok() {
@@ -133,6 +136,18 @@ func errorMember(ev []byte) []byte {
 		return nil
 	}
 	return data[v.start:v.end]
+}
+
+// isErrorObject reports whether data, a chat stream event's data, is an
+// error object of vLLM's shape: its top-level "object" is "error" and it has
+// a message.
+func isErrorObject(data []byte) bool {
+	v := findMember(data, "object")
+	if !v.ok() || string(data[v.start:v.end]) != `"error"` {
+		return false
+	}
+	m := findMember(data, "message")
+	return m.ok() && data[m.start] == '"'
 }
 
 // usageMemberCut returns the span of ev that holds its data's top-level

@@ -79,6 +79,7 @@ var (
 func TestStreamEndingInAnErrorIsRecordedAsOne(t *testing.T) {
 	routerError := chunkHead + `"provider":"openai","error":{"code":502,"message":"Provider disconnected unexpectedly"},"choices":[{"index":0,"delta":{"content":""},"finish_reason":"error"}]}` + "\n\n"
 	openAIError := `data: {"error":{"message":"overloaded mid-stream","type":"server_error"}}` + "\n\n"
+	vllmError := `data: {"object":"error","message":"This model's maximum context length is 4096 tokens","type":"BadRequestError","param":null,"code":400}` + "\n\n"
 	cases := []struct {
 		name     string
 		path     string
@@ -100,6 +101,9 @@ func TestStreamEndingInAnErrorIsRecordedAsOne(t *testing.T) {
 		{name: "chat error beside choices (a router's)", path: "/v1/chat/completions",
 			events:  []string{roleChunk, chatChunk("Hel"), routerError, doneEvent},
 			outcome: "error", code: "502", message: "Provider disconnected unexpectedly", partial: true},
+		{name: "vLLM's error object, then [DONE]", path: "/v1/chat/completions",
+			events:  []string{roleChunk, chatChunk("Hel"), vllmError, doneEvent},
+			outcome: "error", code: "400", message: "maximum context length", partial: true},
 		{name: "chat without [DONE]", path: "/v1/chat/completions",
 			events:  []string{roleChunk, chatChunk("Hel")},
 			outcome: "error", code: "upstream_protocol_error", message: "[DONE]", partial: true},
