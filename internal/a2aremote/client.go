@@ -39,8 +39,9 @@ type Client struct {
 	// remote task still runs (default 5 s).
 	CancelTimeout time.Duration
 
-	once sync.Once
-	hc   *http.Client
+	once  sync.Once
+	hc    *http.Client
+	v03hc *http.Client // hc, with v0.3's error shape mended (v03Errors)
 }
 
 func (c *Client) http() *http.Client {
@@ -54,6 +55,9 @@ func (c *Client) http() *http.Client {
 			rt = http.DefaultTransport
 		}
 		c.hc = &http.Client{Transport: &tracker{base: rt}, CheckRedirect: base.CheckRedirect, Jar: base.Jar}
+		v03 := *c.hc
+		v03.Transport = v03Errors{base: c.hc.Transport}
+		c.v03hc = &v03
 	})
 	return c.hc
 }
@@ -170,7 +174,7 @@ func (c *Client) newClient(ctx context.Context, card *a2a.AgentCard) (*a2aclient
 	hc := c.http()
 	client, err := a2aclient.NewFromCard(ctx, card,
 		a2aclient.WithJSONRPCTransport(hc),
-		a2aclient.WithCompatTransport(a2av0.Version, a2a.TransportProtocolJSONRPC, a2av0.NewJSONRPCTransportFactory(a2av0.JSONRPCTransportConfig{Client: hc})),
+		a2aclient.WithCompatTransport(a2av0.Version, a2a.TransportProtocolJSONRPC, a2av0.NewJSONRPCTransportFactory(a2av0.JSONRPCTransportConfig{Client: c.v03hc})),
 	)
 	if err != nil {
 		return nil, &agent.InvokeError{Code: agent.CodeAgentProtocolError, Message: "the agent card offers no interface agentplane can use: " + err.Error(), Err: err}
@@ -433,8 +437,18 @@ func messageData(msg *a2a.Message) []any {
 	return out
 }
 
-// isRemoteError: the remote agent answered a JSON-RPC error.
-func isRemoteError(err error) bool {
+// remoteErrorText is how the remote agent's JSON-RPC error reads in the
+// run's error, or false when err is none: its A2A reason and message,
+// then the cause a2a-go v0.3 servers put in data.error — for an
+// executor's own error their message is only "internal error".
+func remoteErrorText(err error) (string, bool) {
 	var ae *a2a.Error
-	return errors.As(err, &ae)
+	if !errors.As(err, &ae) {
+		return "", false
+	}
+	msg := ae.Error()
+	if cause, _ := ae.Details["error"].(string); cause != "" && cause != msg {
+		msg += ": " + cause
+	}
+	return a2a.ErrorReason(ae.Err) + ": " + msg, true
 }

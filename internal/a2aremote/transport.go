@@ -110,6 +110,7 @@ func (st *callState) classify(ctx context.Context, err error) error {
 	st.mu.Lock()
 	connected, answered, status, readErr := st.connected, st.answered, st.status, st.readErr
 	st.mu.Unlock()
+	remoteErr, isRemoteErr := remoteErrorText(err)
 	switch {
 	case !answered && !connected:
 		return &agent.InvokeError{Code: agent.CodeAgentUnreachable, Message: "cannot connect to the A2A agent: " + err.Error(), Err: err}
@@ -119,8 +120,8 @@ func (st *callState) classify(ctx context.Context, err error) error {
 		return &agent.InvokeError{Code: agent.CodeAgentHTTPError, Status: status, Message: fmt.Sprintf("the A2A agent answered HTTP %d", status), Err: err}
 	case readErr != nil:
 		return &agent.InvokeError{Code: agent.CodeAgentDisconnected, Message: "the A2A agent's answer broke off: " + readErr.Error(), Err: err}
-	case isRemoteError(err):
-		return &agent.InvokeError{Code: agent.CodeAgentError, Message: "the A2A agent answered an error: " + err.Error(), Err: err}
+	case isRemoteErr:
+		return &agent.InvokeError{Code: agent.CodeAgentError, Message: "the A2A agent answered " + remoteErr, Err: err}
 	}
 	return &agent.InvokeError{Code: agent.CodeAgentProtocolError, Message: "the A2A agent's answer is not valid A2A: " + err.Error(), Err: err}
 }
