@@ -127,6 +127,10 @@ type Manager struct {
 
 	remote remoteRefs // remotetask.go
 
+	// remoteCancels counts the tasks/cancel the orphan sweep sent and
+	// nothing else waits for (recover.go); Shutdown waits for them.
+	remoteCancels sync.WaitGroup
+
 	transcripts *transcriptCache // transcriptcache.go
 
 	agents rowcache.Cache[*store.Agent] // agents.go
@@ -319,7 +323,8 @@ func (m *Manager) sweep(ctx context.Context) {
 
 // Shutdown stops taking runs, lets in-flight ones finish until ctx ends,
 // then cancels the rest, which are failed with code platform_shutdown.
-// It returns when every run loop has written its last event.
+// It returns when every run loop has written its last event and, until
+// ctx ends, the orphan sweep's remote tasks/cancel calls have returned.
 func (m *Manager) Shutdown(ctx context.Context) {
 	m.stopOnce.Do(func() {
 		m.mu.Lock()
@@ -347,6 +352,16 @@ func (m *Manager) Shutdown(ctx context.Context) {
 				m.opts.Logger.Warn("release instance id", "instance_id", m.opts.InstanceID, "err", err)
 			}
 			cancel()
+		}
+		// The sweep has stopped, so no cancel starts now: let those under
+		// way reach their remotes before the process exits, or the remote
+		// tasks keep running; but no longer than the caller's grace (a
+		// dead remote holds each for a2aremote's CancelTimeout).
+		sent := make(chan struct{})
+		go func() { m.remoteCancels.Wait(); close(sent) }()
+		select {
+		case <-sent:
+		case <-ctx.Done():
 		}
 	})
 }

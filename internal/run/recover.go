@@ -72,7 +72,8 @@ type remoteTaskCanceller interface {
 // A2A run failed as an orphan: the process that drove it would have, had
 // it not died (API.md: a run that ends while its remote task runs cancels
 // it). Best effort, in the background: the remote may be gone too, or
-// its task over.
+// its task over. Shutdown waits for it (remoteCancels), or the process
+// could exit mid-send and leave the remote task running.
 func (m *Manager) cancelOrphanedRemoteTask(ctx context.Context, r *store.Run) {
 	rc, ok := m.opts.Invoker.(remoteTaskCanceller)
 	if !ok {
@@ -86,7 +87,9 @@ func (m *Manager) cancelOrphanedRemoteTask(ctx context.Context, r *store.Run) {
 	if taskID == "" {
 		return
 	}
+	m.remoteCancels.Add(1)
 	go func() {
+		defer m.remoteCancels.Done()
 		if err := rc.CancelRemoteTask(context.WithoutCancel(ctx), ag.A2ACard, taskID, r.RunID, r.SessionID); err != nil {
 			m.opts.Logger.Info("could not cancel an orphaned run's remote task", "run_id", r.RunID, "agent_id", r.AgentID, "task_id", taskID, "err", err)
 		}
