@@ -7,6 +7,7 @@
   var Core = window.AgentplaneChatCore;
   var SETTINGS_KEY = 'agentplane.chat.settings';
   var SESSION_KEY = 'agentplane.chat.session';
+  var PENDING_NEW_KEY = 'agentplane.chat.pendingNewSession';
   var TOAST_MS = 8000;
   var MAX_TOASTS = 4;
 
@@ -57,6 +58,15 @@
   }
   function sessionKey(s) {
     return SESSION_KEY + ':' + encodeURIComponent(s.user) + ':' + encodeURIComponent(s.agent);
+  }
+  // The first message of a new session that has not been answered yet (chat.js's pendingNew):
+  // a page reloaded before the answer came finds that session with it.
+  function pendingNewKey(s) {
+    return PENDING_NEW_KEY + ':' + encodeURIComponent(s.user) + ':' + encodeURIComponent(s.agent);
+  }
+  function pendingNewSession(s) {
+    var p = storageGet(pendingNewKey(s));
+    return p && typeof p === 'object' && typeof p.requestId === 'string' && typeof p.sentAt === 'number' ? p : null;
   }
 
   // --- the URL fragment: #user=…&key=…&agent=…&session=… (never sent to the server) ---
@@ -161,6 +171,12 @@
       wasBusy = c.busy;
     },
     session: rememberSession,
+    newSessionPending: function (p) { storageSet(pendingNewKey(p), p); },
+    newSessionSettled: function (p) {
+      // Another tab of the same user and agent may have sent a first message of its own since.
+      var stored = pendingNewSession(p);
+      if (stored && stored.requestId === p.requestId) storageSet(pendingNewKey(p), null);
+    },
     toast: toast,
   };
 
@@ -203,6 +219,9 @@
     all.forEach(function (e) { e.hidden = e.dataset.for !== group; });
   }
 
+  // startChat connects with settings s and resumes sessionId, or starts a new conversation —
+  // unless a first message sent by an earlier load of the page, left before the answer came,
+  // started one: that one is found and resumed (chat.js, recoverNewSession).
   function startChat(s, sessionId) {
     if (chat) chat.stop();
     settings = s;
@@ -212,7 +231,10 @@
     el.agentLabel.textContent = s.agent;
     el.input.placeholder = 'Message ' + s.agent + ' — Enter to send, Shift+Enter for a new line';
     rememberSession(sessionId || null);
-    chat = new Core.Chat({ url: wsURL(), settings: s, sessionId: sessionId || null, view: view });
+    chat = new Core.Chat({
+      url: wsURL(), settings: s, sessionId: sessionId || null, view: view,
+      pendingNewSession: sessionId ? null : pendingNewSession(s),
+    });
     chat.start();
   }
 

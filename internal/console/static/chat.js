@@ -13,6 +13,23 @@
   var BACKOFF_MAX_MS = 5000;
   var WS_OPEN = 1;
 
+  // A new session's first message whose run_started never reached the page (it was reloaded,
+  // left and come back to, or lost its connection within the round trip) is looked up over HTTP
+  // (see recoverNewSession). Older than this when the page comes back, it is forgotten: the
+  // page starts a new conversation as it would have.
+  var PENDING_NEW_MAX_AGE_MS = 5 * 60 * 1000;
+  // How long after sending such a message its session may still appear. The server gives a
+  // client command 15 s (commandTimeout, internal/ingress/handle.go) and commits the session,
+  // the run and its run_started together; what it has not committed by then it never will.
+  var PENDING_NEW_COMMIT_MS = 20 * 1000;
+  // Looks before giving up, however old the message: one answer could be a hiccup.
+  var PENDING_NEW_MIN_TRIES = 3;
+  // The user's newest sessions with the agent searched for it; it is among the newest, created
+  // after the message was sent. (No `since`: the browser's clock is not the server's.)
+  var PENDING_NEW_SESSIONS = 10;
+  // A new session's run_started (or run_queued) is among its first events.
+  var PENDING_NEW_EVENTS = 10;
+
   // Event types the server appends to the session's log; they carry session_id and seq.
   var LOG_EVENTS = {
     run_started: true, delta: true, state: true, done: true, error: true,
@@ -177,11 +194,17 @@
   //                  message answers, or ''; send(text, {newIntention: true}) starts a new topic
   //                  runPhase: running|waiting_approval|waiting_tool|'' for the active run
   //                session(sessionId)        the session changed (persist it)
+  //                newSessionPending(p) / newSessionSettled(p)   a new session's first message
+  //                  {requestId, user, agent, sentAt} was sent / was answered or given up:
+  //                  persist p until then, and pass it back as pendingNewSession on a reload
   //                toast(text, kind)
   //   clientTools  name → function(args, ctx) run when an agent asks this page for that tool;
   //                defaults to builtinClientTools (client.now)
   //   env          {timeZone, locale, offsetMinutes} for client.now; defaults to the runtime's
-  //   WebSocket, setTimeout, clearTimeout, now, log   injectable for tests; default to globals
+  //   pendingNewSession  with no sessionId: the first message of a new session an earlier load
+  //                of the page sent and saw no answer to (newSessionPending); its session is
+  //                looked up and resumed (recoverNewSession)
+  //   WebSocket, setTimeout, clearTimeout, now, log, fetch   injectable for tests; default to globals
   function Chat(opts) {
     this.url = opts.url;
     this.settings = opts.settings;
@@ -192,6 +215,7 @@
     this.now = opts.now || Date.now;
     this.log = opts.log || root.console;
     this.clientTools = opts.clientTools || builtinClientTools(opts.env);
+    this.fetch = opts.fetch || (root.fetch ? root.fetch.bind(root) : null);
 
     this.sessionId = opts.sessionId || null;
     this.lastSeq = 0;
@@ -217,6 +241,11 @@
     this.lastLogEventAt = 0;  // when the last event with seq arrived (for the re-send grace)
     this.connGen = 0;         // counts `ready`s: which connection an answer went out on
     this.nextItemId = 1;
+    // The first message of a new session, sent and not yet answered by its run_started or an
+    // error: {requestId, user, agent, sentAt}. Given in opts by a page loaded again before the
+    // answer came (app.js keeps it in local storage through view.newSessionPending).
+    this.pendingNew = this.sessionId ? null : opts.pendingNewSession || null;
+    this.recovery = null;     // {pending, tries, timer, notOurs}: the lookup of pendingNew's session under way
   }
 
   Chat.prototype.start = function () {
@@ -237,6 +266,7 @@
       try { ws.close(1000, 'bye'); } catch (e) { /* already closed */ }
     }
     this.forgetInFlight();
+    this.stopRecovery();
     this.setConnection('stopped');
   };
 
@@ -380,6 +410,7 @@
     this.connGen++;
     this.setConnection('connected');
     if (this.sessionId) this.subscribe();
+    else this.recoverNewSession();
     this.resendUnsent();
   };
 
@@ -405,6 +436,7 @@
       var item = this.unconfirmed.get(msg.request_id);
       this.unconfirmed.delete(msg.request_id);
       if (this.pending === msg.request_id) this.pending = null;
+      this.settlePendingNew(msg.request_id);
       if (item) this.setItem(item, { status: 'failed', statusText: 'not sent — ' + errorText(msg) });
       var hint = msg.code === 'session_busy' ? ' (a reply is still running in this session)' : '';
       this.toast('Message not sent — ' + errorText(msg) + hint, 'error');
@@ -447,6 +479,7 @@
       // Only the run_started answering our own invoke may open a session; anything else is
       // from a session this page has left (after "New session").
       if (!(msg.type === 'run_started' && msg.request_id && this.unconfirmed.has(msg.request_id) && sid)) return;
+      this.settlePendingNew(msg.request_id);
       this.setSession(sid);
     } else if (sid !== this.sessionId) {
       return;
@@ -1099,7 +1132,7 @@
   // --- actions (called by the page) ---
 
   Chat.prototype.canSend = function () {
-    return this.connection === 'connected' && this.pending == null && this.activeRunId == null;
+    return this.connection === 'connected' && this.pending == null && this.activeRunId == null && this.recovery == null;
   };
 
   // send posts one user message; it returns false (and sends nothing) if one cannot be sent now.
@@ -1123,6 +1156,12 @@
     }
     this.unconfirmed.set(id, item);
     this.pending = id;
+    if (!this.sessionId) {
+      // Until its run_started comes this message's session is known only to the server: the
+      // page keeps what finds it again should the answer never reach it (recoverNewSession).
+      this.pendingNew = { requestId: id, user: this.settings.user, agent: this.settings.agent, sentAt: this.now() };
+      this.emit('newSessionPending', this.pendingNew);
+    }
     this.emitControls();
     return true;
   };
@@ -1170,6 +1209,8 @@
   // going in the old session carries on server-side; its events are ignored here.
   Chat.prototype.newSession = function () {
     if (this.pending != null) return false;
+    this.stopRecovery();
+    if (this.pendingNew) this.settlePendingNew(this.pendingNew.requestId);
     this.sessionId = null;
     this.lastSeq = 0;
     this.items = [];
@@ -1186,6 +1227,144 @@
     this.emitControls();
     return true;
   };
+
+  // --- a new session whose run_started never reached the page ---
+
+  // The server learns of a new session's first message and creates the session; the page
+  // learns its id only from the run_started answering it. A page reloaded (or left and come
+  // back to, or cut off) within that round trip would forget a conversation the server goes on
+  // with. So the message's request_id is kept (pendingNew) until the answer comes, and a page
+  // that is ready without a session but with such a message finds the session it created —
+  // the user's own sessions with the agent over HTTP, the one whose run_started carries that
+  // request_id — and resumes it from seq 0, which shows the message and the reply.
+  Chat.prototype.recoverNewSession = function () {
+    var p = this.pendingNew;
+    if (!p || this.sessionId || this.recovery) return;
+    var age = this.now() - p.sentAt;
+    if (p.user !== this.settings.user || p.agent !== this.settings.agent || typeof p.requestId !== 'string' ||
+        !(age >= -PENDING_NEW_COMMIT_MS && age <= PENDING_NEW_MAX_AGE_MS)) {
+      // Another conversation's, or from long ago (or from a clock that jumped): not this one's.
+      this.settlePendingNew(p.requestId);
+      return;
+    }
+    if (!this.fetch) return;
+    this.recovery = { pending: p, tries: 0, timer: null, notOurs: {} };
+    this.lookForNewSession(this.recovery);
+    this.emitControls();
+  };
+
+  Chat.prototype.lookForNewSession = function (rec) {
+    var self = this;
+    rec.timer = null;
+    rec.tries++;
+    findNewSession(this.fetch, this.settings, rec.pending, rec.notOurs).then(function (sessionId) {
+      if (self.recovery !== rec) return; // stopped, or the user started afresh meanwhile
+      if (sessionId) self.adoptNewSession(sessionId);
+      else self.lookAgainOrGiveUp(rec, false);
+    }, function (e) {
+      if (self.recovery !== rec) return;
+      self.log.warn('agentplane: cannot look up the session of the last message', e);
+      self.lookAgainOrGiveUp(rec, true);
+    });
+  };
+
+  // lookAgainOrGiveUp: the session is not there (yet), or the server could not be asked. The
+  // server may still be committing it while the message is young; after that it never will.
+  Chat.prototype.lookAgainOrGiveUp = function (rec, unreachable) {
+    var self = this;
+    var p = rec.pending;
+    if (this.now() < p.sentAt + PENDING_NEW_COMMIT_MS || rec.tries < PENDING_NEW_MIN_TRIES) {
+      rec.timer = this.setTimeout(function () {
+        if (self.recovery === rec && !self.stopped) self.lookForNewSession(rec);
+      }, Math.min(2000, 250 * Math.pow(2, rec.tries - 1)));
+      return;
+    }
+    this.recovery = null;
+    if (unreachable) {
+      // Unknown, not absent: kept for the next load (or reconnect) to look again.
+      this.toast('Could not check whether your last message started a conversation — reload to try again.', 'error');
+    } else {
+      var item = this.unconfirmed.get(p.requestId);
+      this.unconfirmed.delete(p.requestId);
+      this.settlePendingNew(p.requestId);
+      if (item) this.setItem(item, { status: 'failed', statusText: 'not sent — it never reached the server' });
+      else this.toast('Your last message never reached the server — please send it again.', 'error');
+    }
+    this.emitControls();
+  };
+
+  Chat.prototype.adoptNewSession = function (sessionId) {
+    this.recovery = null;
+    this.settlePendingNew(this.pendingNew && this.pendingNew.requestId);
+    this.setSession(sessionId);
+    // From seq 0: the replay brings the run_started (confirming the message still on the page,
+    // or showing it again after a reload) and everything since.
+    if (this.ready) this.subscribe();
+    this.emitControls();
+  };
+
+  Chat.prototype.stopRecovery = function () {
+    var rec = this.recovery;
+    if (!rec) return;
+    this.recovery = null;
+    if (rec.timer != null) this.clearTimeout(rec.timer);
+  };
+
+  // settlePendingNew: the message of requestId was answered (run_started or an error), or its
+  // session was found, or it is given up; the page no longer needs to find it.
+  Chat.prototype.settlePendingNew = function (requestId) {
+    var p = this.pendingNew;
+    if (!p || !requestId || p.requestId !== requestId) return;
+    this.pendingNew = null;
+    this.emit('newSessionSettled', p);
+  };
+
+  // findNewSession resolves to the id of the session the message pending ({requestId, user,
+  // agent}) created, or null when there is none (yet); it rejects when the server cannot be
+  // asked. Only the user's own sessions with the agent are searched (a user key lists no
+  // other), and only a root run of that agent started by that very request_id matches.
+  // notOurs (optional, session id → true) collects the sessions found not to be it, which a
+  // later look skips: the server commits a new session with its first run's events, so a
+  // session listed without that run_started never gets it.
+  function findNewSession(fetch, settings, pending, notOurs) {
+    notOurs = notOurs || {};
+    var init = { headers: { Authorization: 'Bearer ' + settings.key }, cache: 'no-store' };
+    function get(path) {
+      // In a promise: a fetch that throws at once rejects like one that fails later.
+      return new Promise(function (resolve) { resolve(fetch(path, init)); }).then(function (res) {
+        if (!res.ok) throw new Error('HTTP ' + res.status + ' from ' + path.split('?')[0]);
+        return res.json();
+      });
+    }
+    var list = '/v1/sessions?user_id=' + encodeURIComponent(pending.user) + '&agent_id=' + encodeURIComponent(pending.agent) +
+      '&limit=' + PENDING_NEW_SESSIONS;
+    return get(list).then(function (body) {
+      var sessions = (body && Array.isArray(body.sessions) ? body.sessions : []).filter(function (s) {
+        return s && typeof s.session_id === 'string' && s.session_id !== '' && s.user_id === pending.user &&
+          !Object.prototype.hasOwnProperty.call(notOurs, s.session_id);
+      });
+      var i = 0;
+      function next() {
+        if (i >= sessions.length) return null;
+        var id = sessions[i++].session_id;
+        return get('/v1/sessions/' + encodeURIComponent(id) + '/events?after_seq=0&limit=' + PENDING_NEW_EVENTS).then(function (b) {
+          var events = b && Array.isArray(b.events) ? b.events : [];
+          if (events.some(function (e) { return startedBy(e, pending); })) return id;
+          notOurs[id] = true;
+          return next();
+        });
+      }
+      return next();
+    });
+  }
+
+  // startedBy: e (as GET /v1/sessions/{id}/events lists it) starts the root run pending asked
+  // for. A queued run's run_queued carries the request_id as its run_started will.
+  function startedBy(e, pending) {
+    if (!e || (e.type !== 'run_started' && e.type !== 'run_queued') || e.parent_run_id) return false;
+    var pl = e.payload;
+    return !!pl && pl.request_id === pending.requestId && pl.agent_id === pending.agent;
+  }
 
   // --- items and view plumbing ---
 
@@ -1241,9 +1420,9 @@
       canSend: this.canSend(),
       canCancel: !!run && !run.cancelling && this.ready,
       canNewSession: this.pending == null && (this.sessionId != null || this.items.length > 0),
-      busy: this.pending != null || this.activeRunId != null,
+      busy: this.pending != null || this.activeRunId != null || this.recovery != null,
       runPhase: phase,
-      runStatus: live ? (run.cancelling ? 'cancelling…' : phaseText) : '',
+      runStatus: live ? (run.cancelling ? 'cancelling…' : phaseText) : this.recovery ? 'looking for the conversation your last message started…' : '',
       asking: this.asking && !live ? this.asking.question : '',
     });
   };
@@ -1279,6 +1458,7 @@
       lastSeq: this.lastSeq,
       activeRunId: this.activeRunId,
       asking: this.asking ? this.asking.question : '',
+      recovering: this.recovery != null,
       messages: this.items.filter(function (it) { return it.role !== 'notice'; }).map(function (it) {
         return { role: it.role, text: it.text, status: it.status, detail: it.statusText, runId: it.runId, question: it.question || '' };
       }),

@@ -36,11 +36,14 @@ function harness(opts = {}) {
   FakeSocket.all = [];
   const timers = [];
   const clock = { t: 1700000000000 };
-  const events = { toasts: [], sessions: [], connection: [], controls: null, added: 0, cleared: 0, order: [] };
+  const events = { toasts: [], sessions: [], connection: [], controls: null, added: 0, cleared: 0, order: [], pendingNew: [] };
   const chat = new Chat({
     url: 'ws://test/v1/ws',
     settings: { user: 'demo', key: 'KEY', agent: 'demo' },
     sessionId: opts.sessionId || null,
+    pendingNewSession: opts.pendingNewSession,
+    // Never the runtime's: a test that looks a session up says what the server answers.
+    fetch: opts.fetch || (() => Promise.reject(new Error('no fetch in this test'))),
     WebSocket: FakeSocket,
     setTimeout: (fn, ms) => { timers.push({ fn, ms, at: clock.t + ms }); return timers.length; },
     clearTimeout: (id) => { if (timers[id - 1]) timers[id - 1].fn = null; },
@@ -55,6 +58,8 @@ function harness(opts = {}) {
       cleared: () => { events.cleared++; },
       controls: (c) => { events.controls = c; },
       session: (s) => events.sessions.push(s),
+      newSessionPending: (p) => events.pendingNew.push(['pending', p]),
+      newSessionSettled: (p) => events.pendingNew.push(['settled', p.requestId]),
       toast: (t, k) => events.toasts.push([t, k]),
     },
   });
@@ -92,6 +97,46 @@ function harness(opts = {}) {
   chat.start();
   return h;
 }
+
+// FakeAPI plays the HTTP API a user key reaches: GET /v1/sessions and a session's events.
+// sessions: the listing (newest first); events: session id → its events, as the API lists them.
+class FakeAPI {
+  constructor() {
+    this.sessions = [];
+    this.events = {};
+    this.calls = [];
+    this.down = false;
+    this.fetch = (url, init) => {
+      this.calls.push([url, init]);
+      if (this.down) return Promise.reject(new TypeError('Failed to fetch'));
+      const u = new URL(url, 'http://test');
+      let body;
+      let m;
+      if (u.pathname === '/v1/sessions') {
+        body = { sessions: this.sessions.filter((x) => x.user_id === u.searchParams.get('user_id')), next_cursor: '' };
+      } else if ((m = /^\/v1\/sessions\/([^/]+)\/events$/.exec(u.pathname))) {
+        const evs = this.events[decodeURIComponent(m[1])];
+        if (!evs) return Promise.resolve({ ok: false, status: 404, json: () => Promise.resolve({}) });
+        body = { events: evs.filter((e) => e.seq > Number(u.searchParams.get('after_seq'))).slice(0, Number(u.searchParams.get('limit'))) };
+      } else {
+        return Promise.resolve({ ok: false, status: 404, json: () => Promise.resolve({}) });
+      }
+      return Promise.resolve({ ok: true, status: 200, json: () => Promise.resolve(JSON.parse(JSON.stringify(body))) });
+    };
+  }
+  // add creates session id whose first run was started by requestId (of agent, for user).
+  add(id, requestId, { agent = 'demo', user = 'demo', type = 'run_started', parent = '' } = {}) {
+    this.sessions.unshift({ session_id: id, user_id: user, agents: [agent] });
+    this.events[id] = [
+      { seq: 1, type: 'user_input', run_id: 'run1', parent_run_id: '', payload: { message: { role: 'user', content: 'hi' } } },
+      { seq: 2, type, run_id: 'run1', parent_run_id: parent, payload: { request_id: requestId, agent_id: agent, message: { role: 'user', content: 'hi' } } },
+    ];
+  }
+  paths() { return this.calls.map((c) => c[0]); }
+}
+
+// settle lets the page's fetch promises run to their end.
+const settle = () => new Promise((r) => setImmediate(r));
 
 const ev = (seq, type, fields) => Object.assign({ type, seq, session_id: 's1', event_id: 'e' + seq, ts: 1, run_id: 'run1' }, fields);
 
@@ -966,6 +1011,252 @@ const tests = {
     // New session forgets the question.
     h.chat.newSession();
     assert.equal(h.events.controls.asking, '');
+  },
+
+  // --- a new session's first message whose run_started never reached the page ---
+
+  'a new session\'s first message is kept until its run_started, then settled'() {
+    const h = harness();
+    const s = h.connect();
+    h.chat.send('hi');
+    const rid = s.last().request_id;
+    assert.deepEqual(h.events.pendingNew, [['pending', { requestId: rid, user: 'demo', agent: 'demo', sentAt: h.clock.t }]]);
+    s.push(ev(2, 'run_started', { request_id: rid, message: { role: 'user', content: 'hi' } }));
+    assert.deepEqual(h.events.pendingNew.slice(1), [['settled', rid]]);
+    // A message in a known session creates none: nothing to keep.
+    s.push(ev(3, 'done', {}));
+    h.chat.send('more');
+    assert.equal(h.events.pendingNew.length, 2);
+  },
+
+  'an error reply settles the kept message'() {
+    const h = harness();
+    const s = h.connect();
+    h.chat.send('hi');
+    const rid = s.last().request_id;
+    s.push({ type: 'error', request_id: rid, code: 'agent_not_found', message: 'no agent demo' });
+    assert.deepEqual(h.events.pendingNew.map((x) => x[0]), ['pending', 'settled']);
+    assert.equal(h.chat.snapshot().recovering, false);
+  },
+
+  async 'reload before run_started: the session is found over HTTP and resumed from seq 0'() {
+    const api = new FakeAPI();
+    api.add('s-other', 'r-someone-else'); // older
+    api.add('s1', 'r-mine');
+    api.add('s-newer', 'r-another-tab'); // newest: listed first
+    const h = harness({ fetch: api.fetch, pendingNewSession: { requestId: 'r-mine', user: 'demo', agent: 'demo', sentAt: 1700000000000 - 800 } });
+    const s = h.connect();
+    assert.equal(h.events.controls.canSend, false, 'no new conversation while the last one is looked for');
+    assert.equal(h.events.controls.busy, true);
+    assert.match(h.events.controls.runStatus, /looking for the conversation/);
+    assert.equal(s.ofType('subscribe').length, 0);
+    await settle();
+    assert.deepEqual(api.paths(), [
+      '/v1/sessions?user_id=demo&agent_id=demo&limit=10',
+      '/v1/sessions/s-newer/events?after_seq=0&limit=10',
+      '/v1/sessions/s1/events?after_seq=0&limit=10',
+    ]);
+    assert.deepEqual(api.calls[0][1], { headers: { Authorization: 'Bearer KEY' }, cache: 'no-store' });
+    assert.deepEqual(h.events.sessions, ['s1'], 'the session is remembered');
+    assert.deepEqual(h.events.pendingNew, [['settled', 'r-mine']]);
+    assert.deepEqual(s.ofType('subscribe').map((m) => [m.session_id, m.after_seq]), [['s1', 0]]);
+    s.push(ev(2, 'run_started', { request_id: 'r-mine', message: { role: 'user', content: 'hi' } }));
+    s.push(ev(3, 'delta', { text: 'hello' }));
+    assert.equal(h.events.controls.canSend, false, 'the run goes on');
+    s.push(ev(5, 'done', {}));
+    assert.deepEqual(h.msgs(), [['user', 'hi', 'sent'], ['assistant', 'hello', 'done']]);
+    assert.equal(h.events.controls.canSend, true);
+    assert.equal(h.chat.snapshot().recovering, false);
+  },
+
+  async 'reload before the server committed the session: looked for again until it appears'() {
+    const api = new FakeAPI();
+    api.add('s-old', 'r-older');
+    const h = harness({ fetch: api.fetch, pendingNewSession: { requestId: 'r-mine', user: 'demo', agent: 'demo', sentAt: 1700000000000 - 100 } });
+    const s = h.connect();
+    await settle();
+    assert.deepEqual(api.paths(), ['/v1/sessions?user_id=demo&agent_id=demo&limit=10', '/v1/sessions/s-old/events?after_seq=0&limit=10']);
+    assert.deepEqual(h.events.sessions, []);
+    h.advance(250);
+    await settle();
+    // A session found not to be it is not read again: its first run's events came with it.
+    assert.deepEqual(api.paths().slice(2), ['/v1/sessions?user_id=demo&agent_id=demo&limit=10']);
+    // A queued run: its run_queued carries the request_id before any run_started.
+    api.add('s1', 'r-mine', { type: 'run_queued' });
+    h.advance(500);
+    await settle();
+    assert.deepEqual(api.paths().slice(3), ['/v1/sessions?user_id=demo&agent_id=demo&limit=10', '/v1/sessions/s1/events?after_seq=0&limit=10']);
+    assert.deepEqual(h.events.sessions, ['s1']);
+    assert.deepEqual(s.ofType('subscribe').map((m) => [m.session_id, m.after_seq]), [['s1', 0]]);
+    assert.equal(h.timers.filter((t) => t.fn && t.ms === 1000).length, 0, 'no more looking');
+  },
+
+  async 'a message the server never got: given up once it could no longer commit it'() {
+    const api = new FakeAPI();
+    api.add('s-old', 'r-older');
+    const sent = 1700000000000 - 2000;
+    const h = harness({ fetch: api.fetch, pendingNewSession: { requestId: 'r-lost', user: 'demo', agent: 'demo', sentAt: sent } });
+    h.connect();
+    await settle();
+    for (let i = 0; i < 40 && h.chat.snapshot().recovering; i++) {
+      h.advance(2000);
+      await settle();
+    }
+    assert.equal(h.chat.snapshot().recovering, false);
+    assert.ok(h.clock.t >= sent + 20000, 'looked for as long as the server could still commit it');
+    assert.ok(h.clock.t <= sent + 23000, 'and not much longer');
+    assert.deepEqual(h.events.sessions, []);
+    assert.deepEqual(h.events.pendingNew, [['settled', 'r-lost']]);
+    assert.match(h.events.toasts[0][0], /never reached the server/);
+    assert.equal(h.events.controls.canSend, true, 'a new conversation can start');
+    assert.equal(h.events.controls.runStatus, '');
+  },
+
+  async 'an old kept message is looked for a few times, then dropped'() {
+    const api = new FakeAPI();
+    const h = harness({ fetch: api.fetch, pendingNewSession: { requestId: 'r-lost', user: 'demo', agent: 'demo', sentAt: 1700000000000 - 60000 } });
+    h.connect();
+    await settle();
+    h.advance(250);
+    await settle();
+    h.advance(500);
+    await settle();
+    assert.equal(api.calls.filter((c) => c[0].startsWith('/v1/sessions?')).length, 3);
+    assert.equal(h.chat.snapshot().recovering, false);
+    assert.deepEqual(h.events.pendingNew, [['settled', 'r-lost']]);
+  },
+
+  async 'stale, foreign or malformed kept messages are dropped without a look'() {
+    for (const p of [
+      { requestId: 'r1', user: 'demo', agent: 'demo', sentAt: 1700000000000 - 6 * 60 * 1000 }, // too old
+      { requestId: 'r2', user: 'demo', agent: 'other', sentAt: 1700000000000 }, // another agent's conversation
+      { requestId: 'r3', user: 'bob', agent: 'demo', sentAt: 1700000000000 }, // another user's
+      { requestId: 'r4', user: 'demo', agent: 'demo', sentAt: 1700000000000 + 3600000 }, // from the future
+    ]) {
+      const api = new FakeAPI();
+      const h = harness({ fetch: api.fetch, pendingNewSession: p });
+      h.connect();
+      await settle();
+      assert.equal(api.calls.length, 0, JSON.stringify(p));
+      assert.deepEqual(h.events.pendingNew, [['settled', p.requestId]]);
+      assert.equal(h.events.controls.canSend, true);
+    }
+    // With a session to resume the kept message is not looked for.
+    const api = new FakeAPI();
+    const h = harness({ sessionId: 's9', fetch: api.fetch, pendingNewSession: { requestId: 'r5', user: 'demo', agent: 'demo', sentAt: 1700000000000 } });
+    h.connect();
+    await settle();
+    assert.equal(api.calls.length, 0);
+  },
+
+  async 'never another agent\'s run, another user\'s session or a child run, whatever the request_id'() {
+    const api = new FakeAPI();
+    api.add('s-agent', 'r-mine', { agent: 'other' });
+    api.add('s-child', 'r-mine', { parent: 'run0' });
+    api.sessions.unshift({ session_id: 's-user', user_id: 'bob' }); // a listing that ignored user_id
+    api.fetch = ((inner) => (url, init) => url.startsWith('/v1/sessions?')
+      ? Promise.resolve({ ok: true, status: 200, json: () => Promise.resolve({ sessions: api.sessions }) })
+      : inner(url, init))(api.fetch);
+    api.events['s-user'] = [{ seq: 2, type: 'run_started', run_id: 'r', parent_run_id: '', payload: { request_id: 'r-mine', agent_id: 'demo' } }];
+    const h = harness({ fetch: api.fetch, pendingNewSession: { requestId: 'r-mine', user: 'demo', agent: 'demo', sentAt: 1700000000000 - 30000 } });
+    h.connect();
+    for (let i = 0; i < 5; i++) {
+      await settle();
+      h.advance(2000);
+    }
+    await settle();
+    assert.deepEqual(h.events.sessions, []);
+    assert.equal(api.calls.filter((c) => c[0] === '/v1/sessions/s-user/events?after_seq=0&limit=10').length, 0, 'another user\'s session is not even read');
+    assert.equal(h.chat.snapshot().recovering, false);
+  },
+
+  async 'server unreachable: the kept message stays for a later load'() {
+    const api = new FakeAPI();
+    api.down = true;
+    const h = harness({ fetch: api.fetch, pendingNewSession: { requestId: 'r-mine', user: 'demo', agent: 'demo', sentAt: 1700000000000 - 60000 } });
+    h.connect();
+    for (let i = 0; i < 4; i++) {
+      await settle();
+      h.advance(2000);
+    }
+    assert.equal(h.chat.snapshot().recovering, false);
+    assert.deepEqual(h.events.pendingNew, [], 'not settled: unknown is not absent');
+    assert.match(h.events.toasts[0][0], /Could not check/);
+    assert.equal(h.chat.pendingNew.requestId, 'r-mine');
+  },
+
+  async 'connection lost before run_started of a new session: found again after the reconnect'() {
+    const api = new FakeAPI();
+    const h = harness({ fetch: api.fetch });
+    let s = h.connect();
+    h.chat.send('hi');
+    const rid = s.last().request_id;
+    s.drop();
+    assert.deepEqual(h.msgs(), [['user', 'hi', 'unconfirmed']]);
+    api.add('s1', rid);
+    h.fireTimer();
+    s = h.connect();
+    assert.equal(h.events.controls.canSend, false);
+    await settle();
+    assert.deepEqual(h.events.sessions, ['s1']);
+    assert.deepEqual(s.ofType('subscribe').map((m) => [m.session_id, m.after_seq]), [['s1', 0]]);
+    s.push(ev(2, 'run_started', { request_id: rid, message: { role: 'user', content: 'hi' } }));
+    s.push(ev(3, 'delta', { text: 'yo' }));
+    assert.deepEqual(h.msgs(), [['user', 'hi', 'sent'], ['assistant', 'yo', 'running']], 'the message once, confirmed');
+    assert.deepEqual(h.events.pendingNew.map((x) => x[0]), ['pending', 'settled']);
+  },
+
+  async 'connection lost before a new session\'s first message left: marked not sent after the commit bound'() {
+    const api = new FakeAPI();
+    const h = harness({ fetch: api.fetch });
+    let s = h.connect();
+    h.chat.send('hi');
+    s.drop();
+    h.fireTimer(); // the reconnect
+    s = h.connect();
+    for (let i = 0; i < 30 && h.chat.snapshot().recovering; i++) {
+      await settle();
+      h.advance(1000);
+    }
+    assert.equal(h.chat.snapshot().recovering, false);
+    assert.deepEqual(h.msgs(), [['user', 'hi', 'failed']]);
+    assert.match(h.chat.snapshot().messages[0].detail, /never reached the server/);
+    assert.equal(h.events.toasts.length, 0, 'the failed bubble says it');
+    assert.equal(h.events.controls.canSend, true);
+  },
+
+  async 'stopped while looking: the late answer is ignored, start looks again'() {
+    const api = new FakeAPI();
+    api.add('s1', 'r-mine');
+    const h = harness({ fetch: api.fetch, pendingNewSession: { requestId: 'r-mine', user: 'demo', agent: 'demo', sentAt: 1700000000000 } });
+    h.connect();
+    h.chat.stop();
+    await settle();
+    assert.deepEqual(h.events.sessions, [], 'a stopped page adopts nothing');
+    h.chat.start();
+    const s = h.connect();
+    await settle();
+    assert.deepEqual(h.events.sessions, ['s1']);
+    assert.deepEqual(s.ofType('subscribe').map((m) => [m.session_id, m.after_seq]), [['s1', 0]]);
+  },
+
+  async 'new session while looking: the lookup is abandoned and the kept message dropped'() {
+    const api = new FakeAPI();
+    const h = harness({ fetch: api.fetch });
+    let s = h.connect();
+    h.chat.send('hi');
+    s.drop();
+    h.fireTimer();
+    s = h.connect();
+    assert.equal(h.chat.snapshot().recovering, true);
+    assert.equal(h.chat.newSession(), true);
+    api.add('s1', h.events.pendingNew[0][1].requestId);
+    await settle();
+    h.advance(5000);
+    await settle();
+    assert.deepEqual(h.events.sessions, [null]);
+    assert.deepEqual(h.events.pendingNew.map((x) => x[0]), ['pending', 'settled']);
+    assert.equal(h.events.controls.canSend, true);
   },
 
   'stop closes for good'() {
