@@ -205,22 +205,130 @@
     };
   }
 
-  // every calls fn each ms milliseconds (a page's polling), not while the page is hidden in the
-  // back/forward cache, and at once when it comes back from there. It returns {stop}.
-  function every(fn, ms) {
-    var timer = root.setInterval(fn, ms);
-    var off = onPageLife(function () {
-      root.clearInterval(timer);
-      timer = null;
+  // --- loading that recovers by itself ---
+
+  var RETRY_FIRST_MS = 1000;
+  var RETRY_MAX_MS = 15000;
+
+  // retryable says whether a failed call may succeed made again as it is: no answer at all (the
+  // server is restarting, or gone) or the server's own trouble (5xx, 429). A refusal (another
+  // 4xx) would only be refused again.
+  function retryable(err) {
+    return !!err && (err.status === 0 || err.status === 429 || err.status >= 500);
+  }
+
+  // keepLoading runs load (a function returning a promise that settles once the page has drawn
+  // what it read) and, given opts.every, again that many ms after each success: a page's
+  // polling. A failure that may pass (retryable) is tried again after a backoff — 1 s, doubling
+  // to 15 s, back to 1 s after a success — and at once when the window gets the focus back or
+  // the browser is online again, so a page whose server was restarting recovers by itself. Any
+  // other failure is final. Never two loads at a time: whatever comes due while one runs (a
+  // retry, a poll, now()) runs once it has ended. Nothing runs while the page is in the
+  // back/forward cache, and on its return what was due runs at once.
+  //
+  // The failure shows in the returned note (an .error-box, hidden while all is well), with when
+  // the next try is and a button to try at once; opts.message(err) words it (default 'Could not
+  // load: …'). opts.onError(err) hears every failure, opts.onFinal(err) a final one. Returns
+  // {note, now, stop}.
+  function keepLoading(load, opts) {
+    opts = opts || {};
+    var message = opts.message || function (err) { return err.status === 404 ? 'Not found.' : 'Could not load: ' + err; };
+    var text = el('span');
+    var retryText = el('span', { class: 'retry-when', 'data-testid': 'retry-when' });
+    var retryBtn = el('button', { type: 'button', class: 'btn btn-small', 'data-testid': 'retry-now', text: 'Try now' });
+    var note = el('div', { class: 'error-box load-error', role: 'alert', 'data-testid': 'load-error', hidden: true }, text, retryText, ' ', retryBtn);
+    var timer = null;
+    var ticker = null;
+    var busy = false;
+    var again = false; // asked for while a load ran
+    var failing = false; // the last load failed and another try is due
+    var hidden = false; // in the back/forward cache
+    var stopped = false;
+    var backoff = 0;
+    var retryAt = 0;
+
+    function clearTimers() {
+      if (timer != null) root.clearTimeout(timer);
+      if (ticker != null) root.clearInterval(ticker);
+      timer = ticker = null;
+    }
+    function showWhen() {
+      var s = Math.max(0, Math.ceil((retryAt - Date.now()) / 1000));
+      retryText.textContent = busy ? ' — trying again now…' : ' — trying again in ' + s + ' s';
+    }
+    function run() {
+      if (stopped || hidden) return;
+      if (busy) { again = true; return; }
+      clearTimers();
+      again = false;
+      busy = true;
+      note.dataset.state = failing ? 'retrying' : 'loading';
+      retryBtn.disabled = true;
+      if (failing) showWhen();
+      var p;
+      try { p = Promise.resolve(load()); } catch (e) { p = Promise.reject(e); }
+      p.then(function () {
+        busy = false;
+        if (stopped) return;
+        failing = false;
+        backoff = 0;
+        note.hidden = true;
+        note.dataset.state = 'ok';
+        if (again) run();
+        else if (opts.every && !hidden) timer = root.setTimeout(run, opts.every);
+      }, function (err) {
+        busy = false;
+        if (stopped) return;
+        if (!(err instanceof APIError)) root.console.error(err); // the page's own bug, not the server
+        again = false; // the backoff decides when the next try is
+        if (opts.onError) opts.onError(err);
+        text.textContent = message(err);
+        note.hidden = false;
+        if (!retryable(err)) {
+          failing = false;
+          note.dataset.state = 'failed';
+          retryText.textContent = '';
+          retryBtn.hidden = true;
+          if (opts.onFinal) opts.onFinal(err);
+          return;
+        }
+        failing = true;
+        backoff = backoff ? Math.min(RETRY_MAX_MS, backoff * 2) : RETRY_FIRST_MS;
+        retryAt = Date.now() + backoff;
+        note.dataset.state = 'waiting';
+        note.dataset.retryAt = String(retryAt);
+        note.dataset.retryMs = String(backoff);
+        retryBtn.hidden = false;
+        retryBtn.disabled = false;
+        showWhen();
+        if (hidden) return;
+        timer = root.setTimeout(run, backoff);
+        ticker = root.setInterval(showWhen, 1000);
+      });
+    }
+    // Back in view or back online: a page that is failing tries at once.
+    function wake() { if (failing && !busy) run(); }
+    retryBtn.addEventListener('click', run);
+    root.addEventListener('focus', wake);
+    root.addEventListener('online', wake);
+    var offPageLife = onPageLife(function () {
+      hidden = true;
+      clearTimers();
     }, function () {
-      if (timer == null) timer = root.setInterval(fn, ms);
-      fn();
+      hidden = false;
+      if (failing || opts.every) run();
     });
+    run();
     return {
+      note: note,
+      // now loads again at once (after the load under way, if any): a page's own refresh.
+      now: run,
       stop: function () {
-        off();
-        if (timer != null) root.clearInterval(timer);
-        timer = null;
+        stopped = true;
+        clearTimers();
+        offPageLife();
+        root.removeEventListener('focus', wake);
+        root.removeEventListener('online', wake);
       },
     };
   }
@@ -448,7 +556,7 @@
   var AP = {
     el: el, link: link, pretty: pretty, clip: clip,
     fmtTime: fmtTime, fmtClock: fmtClock, fmtDuration: fmtDuration, fmtCost: fmtCost, fmtInt: fmtInt,
-    api: api, query: query, login: login, follow: follow, every: every, onPageLife: onPageLife, unreachable: unreachable,
+    api: api, query: query, login: login, follow: follow, keepLoading: keepLoading, onPageLife: onPageLife, unreachable: unreachable,
     eventsPage: eventsPage, sessionSummary: sessionSummary,
     allPages: allPages, APIError: APIError, PAGE_SIZE: PAGE_SIZE,
     auth: function () { return auth; }, setAuth: setAuth, isAdmin: isAdmin,

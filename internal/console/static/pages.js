@@ -41,10 +41,6 @@
     return el('td', {}, el('span', { class: 'nowrap', text: t.slice(0, i) }), ' ', el('span', { class: 'nowrap', text: t.slice(i + 1) }));
   }
 
-  function errorLine(err) {
-    return el('p', { class: 'error-box', role: 'alert', text: err.status === 404 ? 'Not found.' : 'Could not load: ' + err });
-  }
-
   // toMs reads a datetime-local value ('' → '').
   function toMs(v) {
     if (!v) return '';
@@ -89,26 +85,35 @@
     var filters = {};
     var count = 0;
     var stopped = false;
+    var loader = null; // the load under way (a search, or Load more), tried until it succeeds
+    var gen = 0; // which load is the latest: an older one's answer is not drawn
 
     function load(first) {
+      if (loader) { loader.stop(); loader.note.remove(); }
       if (first) {
         box.replaceChildren(table(['Session', 'User', 'Status', 'Runs', 'Agents', 'Events', 'Created', 'Last event'], tbody, { 'data-testid': 'sessions' }));
         tbody.replaceChildren();
         count = 0;
       }
-      AP.api('/v1/sessions' + AP.query(Object.assign({}, filters, { cursor: cursor, limit: 50 }))).then(function (b) {
-        if (stopped) return;
-        b.sessions.forEach(function (s) {
-          count++;
-          tbody.appendChild(el('tr', { dataset: { sessionId: s.session_id } },
-            td(AP.link('/console/sessions/' + encodeURIComponent(s.session_id), s.session_id, { class: 'mono' })),
-            td(s.user_id), td(el('span', { class: 'badge ' + (s.status === 'active' ? 'info' : ''), text: s.status })),
-            td(s.root_runs), td((s.agents || []).join(', ')), td(AP.fmtInt(s.last_seq)), timeCell(s.created_at), timeCell(s.last_event_at)));
-        });
-        if (!count) tbody.appendChild(emptyRow(8, 'No sessions match.'));
-        cursor = b.next_cursor;
-        more.hidden = !cursor;
-      }, function (err) { box.appendChild(errorLine(err)); });
+      var mine = ++gen;
+      loader = AP.keepLoading(function () {
+        return AP.api('/v1/sessions' + AP.query(Object.assign({}, filters, { cursor: cursor, limit: 50 }))).then(function (b) { draw(b, mine); });
+      });
+      box.appendChild(loader.note);
+    }
+
+    function draw(b, mine) {
+      if (stopped || mine !== gen) return;
+      b.sessions.forEach(function (s) {
+        count++;
+        tbody.appendChild(el('tr', { dataset: { sessionId: s.session_id } },
+          td(AP.link('/console/sessions/' + encodeURIComponent(s.session_id), s.session_id, { class: 'mono' })),
+          td(s.user_id), td(el('span', { class: 'badge ' + (s.status === 'active' ? 'info' : ''), text: s.status })),
+          td(s.root_runs), td((s.agents || []).join(', ')), td(AP.fmtInt(s.last_seq)), timeCell(s.created_at), timeCell(s.last_event_at)));
+      });
+      if (!count) tbody.appendChild(emptyRow(8, 'No sessions match.'));
+      cursor = b.next_cursor;
+      more.hidden = !cursor;
     }
 
     function search(ev) {
@@ -121,8 +126,8 @@
     form.addEventListener('submit', search);
     more.addEventListener('click', function () { load(false); });
     search();
-    AP.pageState = function () { return { rows: count, more: !!cursor }; };
-    return function () { stopped = true; };
+    AP.pageState = function () { return { rows: count, more: !!cursor, load: loader.note.dataset.state }; };
+    return function () { stopped = true; loader.stop(); };
   });
 
   // --- approvals ---
@@ -135,7 +140,9 @@
     var pendingBox = el('div', { 'data-testid': 'pending' });
     var recentBody = el('tbody');
     var more = el('button', { type: 'button', class: 'btn btn-small', text: 'Load more', hidden: true });
-    page.appendChild(el('h2', { text: 'Pending' }));
+    var loader = null;
+    var pendingHead = el('h2', { text: 'Pending' });
+    page.appendChild(pendingHead);
     page.appendChild(pendingBox);
     page.appendChild(el('h2', { text: 'Decided' }));
     page.appendChild(table(['Approval', 'Tool', 'Arguments', 'Outcome', 'Decided by', 'Reason', 'Decided', 'Session'], recentBody, { 'data-testid': 'decided' }));
@@ -172,14 +179,14 @@
       AP.api('/v1/approvals/' + encodeURIComponent(a.approval_id) + ':decide', { method: 'POST', body: { decision: decision, reason: reason.trim() } }).then(function (res) {
         // Decided: the card leaves Pending at the refresh; the Decided table lists it.
         AP.toast('Approval ' + a.approval_id + ' ' + res.status.toLowerCase(), 'info');
-        refresh();
+        loader.now();
       }, function (err) {
         // Refused (someone decided first, it expired, the server is gone): say so on the card;
         // the refresh drops it if it is no longer pending, or offers it again.
         status.textContent = 'refused — ' + err;
         AP.toast('Approval ' + a.approval_id + ': decision refused — ' + err, 'error');
         c.querySelectorAll('button, input').forEach(function (b) { b.disabled = false; });
-        refresh();
+        loader.now();
       });
     }
 
@@ -190,8 +197,9 @@
       });
     }
 
+    // refresh reads both lists; it settles once both are drawn, or fails if either failed.
     function refresh() {
-      AP.allPages('/v1/approvals', { status: 'PENDING' }, 'approvals', 1000).then(function (list) {
+      var pending = AP.allPages('/v1/approvals', { status: 'PENDING' }, 'approvals', 1000).then(function (list) {
         if (stopped) return;
         pendingIds = list.map(function (a) { return a.approval_id; });
         var keep = new Set(pendingIds);
@@ -201,13 +209,13 @@
         var order = list.map(function (a) { return cards.get(a.approval_id); });
         pendingBox.replaceChildren.apply(pendingBox, order.length ? order : [el('p', { class: 'muted', 'data-testid': 'pending-none', text: 'Nothing is waiting for a decision.' })]);
         tick();
-      }, function (err) { pendingBox.replaceChildren(errorLine(err)); });
-      loadDecided(true);
+      });
+      return Promise.all([pending, loadDecided(true)]);
     }
 
     function loadDecided(first) {
       if (first) { cursor = ''; decidedCount = 0; }
-      AP.api('/v1/approvals' + AP.query({ order: 'desc', limit: 50, cursor: cursor })).then(function (b) {
+      return AP.api('/v1/approvals' + AP.query({ order: 'desc', limit: 50, cursor: cursor })).then(function (b) {
         if (stopped) return;
         if (first) recentBody.replaceChildren();
         var empty = recentBody.querySelector('tr.empty');
@@ -224,17 +232,19 @@
         if (!decidedCount) recentBody.replaceChildren(emptyRow(8, AP.isAdmin() ? 'No approval has been decided yet.' : 'None of your approvals has been decided yet.'));
         cursor = b.next_cursor;
         more.hidden = !cursor;
-      }, function (err) {
-        if (!stopped && first) recentBody.replaceChildren(el('tr', {}, el('td', { colspan: '8' }, errorLine(err))));
       });
     }
 
-    more.addEventListener('click', function () { loadDecided(false); });
-    refresh();
-    var poll = AP.every(refresh, 5000);
+    more.addEventListener('click', function () {
+      loadDecided(false).catch(function (err) { if (!stopped) AP.toast('Could not load more: ' + err, 'error'); });
+    });
+    // Polled every 5 s, one refresh at a time; while the server cannot be reached, retried with
+    // the backoff of keepLoading, the cards and table as they were last read.
+    loader = AP.keepLoading(refresh, { every: 5000 });
+    page.insertBefore(loader.note, pendingHead);
     var ticker = root.setInterval(tick, 1000);
-    AP.pageState = function () { return { pending: pendingIds.slice(), decided: decidedCount }; };
-    return function () { stopped = true; poll.stop(); root.clearInterval(ticker); };
+    AP.pageState = function () { return { pending: pendingIds.slice(), decided: decidedCount, load: loader.note.dataset.state }; };
+    return function () { stopped = true; loader.stop(); root.clearInterval(ticker); };
   });
 
   // --- agents ---
@@ -247,7 +257,12 @@
     page.appendChild(table(['Agent', 'Name', 'Health', 'Endpoint', 'Linked agents', 'Capabilities', 'A2A', 'Last heartbeat', 'Last probe'], tbody, { 'data-testid': 'agents' }));
     var stopped = false;
     var n = 0;
-    AP.allPages('/v1/agents', {}, 'agents', 10000).then(function (list) {
+    var loader = AP.keepLoading(function () {
+      return AP.allPages('/v1/agents', {}, 'agents', 10000).then(draw);
+    });
+    page.appendChild(loader.note);
+
+    function draw(list) {
       if (stopped) return;
       n = list.length;
       list.forEach(function (a) {
@@ -258,9 +273,9 @@
           td(a.endpoint, { class: 'break' }), td(linked), td((a.capabilities || []).join(', ')), a2aCell(a), timeCell(a.last_heartbeat_at), timeCell(a.last_probe_at)));
       });
       if (!list.length) tbody.appendChild(emptyRow(9, 'No agents registered.'));
-    }, function (err) { page.appendChild(errorLine(err)); });
-    AP.pageState = function () { return { rows: n }; };
-    return function () { stopped = true; };
+    }
+    AP.pageState = function () { return { rows: n, load: loader.note.dataset.state }; };
+    return function () { stopped = true; loader.stop(); };
   });
 
   // a2aCell says how an agent takes part in A2A (DESIGN §12): served here (a2a: true; its card
@@ -314,7 +329,12 @@
     page.appendChild(table(['Tool', 'Kind', 'Policy', 'Timeout', 'On failure', 'Agents', 'Description', 'Definition'], tbody, { 'data-testid': 'tools' }));
     var stopped = false;
     var n = 0;
-    AP.allPages('/v1/tools', {}, 'tools', 10000).then(function (list) {
+    var loader = AP.keepLoading(function () {
+      return AP.allPages('/v1/tools', {}, 'tools', 10000).then(draw);
+    });
+    page.appendChild(loader.note);
+
+    function draw(list) {
       if (stopped) return;
       n = list.length;
       list.forEach(function (t) {
@@ -326,9 +346,9 @@
           td(el('details', {}, el('summary', { text: 'JSON' }), el('pre', { class: 'json', text: AP.pretty(t) })))));
       });
       if (!list.length) tbody.appendChild(emptyRow(8, 'No tools registered.'));
-    }, function (err) { page.appendChild(errorLine(err)); });
-    AP.pageState = function () { return { rows: n }; };
-    return function () { stopped = true; };
+    }
+    AP.pageState = function () { return { rows: n, load: loader.note.dataset.state }; };
+    return function () { stopped = true; loader.stop(); };
   }, { admin: true });
 
   // --- MCP servers ---
@@ -339,7 +359,20 @@
     page.appendChild(el('div', { class: 'page-head' }, el('h1', { text: 'MCP servers' })));
     var state = { status: 'loading', rows: 0 };
     var stopped = false;
-    AP.api('/v1/mcp_servers').then(function (b) {
+    var loader = AP.keepLoading(function () {
+      return AP.api('/v1/mcp_servers').then(draw, function (err) {
+        if (stopped) return;
+        if (err.status !== 404 && err.status !== 405) {
+          state = { status: 'error', rows: 0 };
+          throw err;
+        }
+        state = { status: 'not_available', rows: 0 };
+        page.appendChild(el('p', { class: 'muted', 'data-testid': 'mcp-none', text: 'No MCP servers registered, or this server does not support them (GET /v1/mcp_servers is not available).' }));
+      });
+    }, { message: function (err) { return 'Could not load the MCP servers: ' + err; } });
+    page.appendChild(loader.note);
+
+    function draw(b) {
       if (stopped) return;
       var list = (b && (b.mcp_servers || b.servers)) || [];
       state = { status: 'ok', rows: list.length };
@@ -354,15 +387,9 @@
           td(s.tool_count != null ? s.tool_count : s.tools ? s.tools.length : ''), td(el('details', {}, el('summary', { text: 'JSON' }), el('pre', { class: 'json', text: AP.pretty(s) })))));
       });
       page.appendChild(table(['Server', 'Transport', 'Where', 'Status', 'Tools', 'Details'], tbody, { 'data-testid': 'mcp' }));
-    }, function (err) {
-      if (stopped) return;
-      state = { status: err.status === 404 || err.status === 405 ? 'not_available' : 'error', rows: 0 };
-      page.appendChild(el('p', { class: 'muted', 'data-testid': 'mcp-none', text: err.status === 404 || err.status === 405
-        ? 'No MCP servers registered, or this server does not support them (GET /v1/mcp_servers is not available).'
-        : 'Could not load the MCP servers: ' + err }));
-    });
-    AP.pageState = function () { return state; };
-    return function () { stopped = true; };
+    }
+    AP.pageState = function () { return Object.assign({ load: loader.note.dataset.state }, state); };
+    return function () { stopped = true; loader.stop(); };
   }, { admin: true });
 
   // --- usage ---
@@ -390,13 +417,13 @@
     page.appendChild(box);
     var state = { rows: [], total: null };
     var stopped = false;
+    var loader = null; // the current view's load, tried until it succeeds
+    var gen = 0;
 
-    function show(ev) {
-      if (ev) ev.preventDefault();
-      var custom = period.value === 'custom';
-      form.querySelectorAll('.custom').forEach(function (l) { l.hidden = !custom; });
+    // filters are the form's choices as query parameters; a period's start is counted from now.
+    function filters() {
       var p = { group_by: group.value };
-      if (custom) {
+      if (period.value === 'custom') {
         p.since = toMs(since.value);
         p.until = toMs(until.value);
       } else {
@@ -404,32 +431,48 @@
         if (span && span[1]) p.since = String(Date.now() - span[1]);
         p.period = period.value;
       }
-      AP.setQuery(p);
-      var req = Object.assign({}, p);
-      delete req.period;
-      AP.api('/v1/usage' + AP.query(req)).then(function (b) {
-        if (stopped) return;
-        state = { rows: b.rows, total: b.total, groupBy: b.group_by };
-        var rows = b.rows.slice().sort(function (x, y) { return y.estimated_cost - x.estimated_cost || y.total_tokens - x.total_tokens; });
-        function line(r, label) {
-          return el('tr', { dataset: { key: r.key } }, td(label), td(AP.fmtInt(r.llm_calls)), td(AP.fmtInt(r.prompt_tokens)), td(AP.fmtInt(r.cached_tokens)),
-            td(AP.fmtInt(r.completion_tokens)), td(AP.fmtInt(r.reasoning_tokens)), td(AP.fmtInt(r.total_tokens)), td(AP.fmtCost(r.estimated_cost)));
-        }
-        var lines = rows.map(function (r) { return line(r, r.key || '(none)'); });
-        var tot = line(b.total, 'total');
-        tot.className = 'total';
-        lines.push(tot);
-        var parts = [table([b.group_by, 'LLM calls', 'prompt', 'cached', 'completion', 'reasoning', 'tokens', 'estimated cost'], lines, { 'data-testid': 'usage' })];
-        // replaceChildren writes a null as the text "null": add the note only when there is one.
-        if (!rows.length) parts.push(el('p', { class: 'muted', text: 'No LLM calls in this period.' }));
-        box.replaceChildren.apply(box, parts);
-      }, function (err) { box.replaceChildren(errorLine(err)); });
+      return p;
+    }
+
+    function show(ev) {
+      if (ev) ev.preventDefault();
+      form.querySelectorAll('.custom').forEach(function (l) { l.hidden = period.value !== 'custom'; });
+      AP.setQuery(filters());
+      if (loader) { loader.stop(); loader.note.remove(); }
+      var mine = ++gen;
+      loader = AP.keepLoading(function () {
+        var req = filters(); // afresh on a retry: "the last 24 h" is counted from then
+        delete req.period;
+        return AP.api('/v1/usage' + AP.query(req)).then(function (b) { draw(b, mine); });
+      }, {
+        // What was shown was for other choices: not left standing as if it answered these.
+        onError: function () { state = { rows: [], total: null }; box.replaceChildren(); },
+      });
+      page.insertBefore(loader.note, box);
+    }
+
+    function draw(b, mine) {
+      if (stopped || mine !== gen) return;
+      state = { rows: b.rows, total: b.total, groupBy: b.group_by };
+      var rows = b.rows.slice().sort(function (x, y) { return y.estimated_cost - x.estimated_cost || y.total_tokens - x.total_tokens; });
+      function line(r, label) {
+        return el('tr', { dataset: { key: r.key } }, td(label), td(AP.fmtInt(r.llm_calls)), td(AP.fmtInt(r.prompt_tokens)), td(AP.fmtInt(r.cached_tokens)),
+          td(AP.fmtInt(r.completion_tokens)), td(AP.fmtInt(r.reasoning_tokens)), td(AP.fmtInt(r.total_tokens)), td(AP.fmtCost(r.estimated_cost)));
+      }
+      var lines = rows.map(function (r) { return line(r, r.key || '(none)'); });
+      var tot = line(b.total, 'total');
+      tot.className = 'total';
+      lines.push(tot);
+      var parts = [table([b.group_by, 'LLM calls', 'prompt', 'cached', 'completion', 'reasoning', 'tokens', 'estimated cost'], lines, { 'data-testid': 'usage' })];
+      // replaceChildren writes a null as the text "null": add the note only when there is one.
+      if (!rows.length) parts.push(el('p', { class: 'muted', text: 'No LLM calls in this period.' }));
+      box.replaceChildren.apply(box, parts);
     }
     form.addEventListener('submit', show);
     period.addEventListener('change', show);
     group.addEventListener('change', show);
     show();
-    AP.pageState = function () { return state; };
-    return function () { stopped = true; };
+    AP.pageState = function () { return Object.assign({ load: loader.note.dataset.state }, state); };
+    return function () { stopped = true; loader.stop(); };
   }, { admin: true });
 })(window);

@@ -76,7 +76,11 @@
       lastSeq: 0, firstTs: 0, speed: q.get('speed') === 'instant' ? 'instant' : q.get('speed') === '10' ? 10 : 1,
       playing: false, finished: false, started: false, seeking: false,
       buf: [], bi: 0, next: 0, exhausted: false, fetching: null,
+      epoch: 0, // bumped each time the replay starts over from the first event
+      seekGen: 0, // which seek is the latest: an older one stops where it is
       pos: 0, clock: 0, lastFrame: 0, frame: 0,
+      resume: false, // play again once the seek under way lands (it was playing, or asked to)
+      applied: 0, // events applied since the replay last started over (pageState, for tests)
     };
     var model, tview, chat, stopped = false, error = null;
 
@@ -98,12 +102,14 @@
         setTimeout: function () { return 0; }, clearTimeout: function () {},
         WebSocket: function () { throw new Error('a replay has no connection'); },
       });
+      st.epoch++;
       st.buf = [];
       st.bi = 0;
       st.next = 0;
       st.exhausted = false;
       st.fetching = null;
       st.pos = 0;
+      st.applied = 0;
       st.clock = 0;
       st.finished = false;
       showControls();
@@ -111,12 +117,18 @@
 
     function buffered() { return st.buf.length - st.bi; }
 
-    // fetch reads the next page of the log into the buffer (one request at a time).
+    // fetch reads the next page of the log into the buffer, one request at a time: a caller
+    // arriving while it loads waits for the same page. It resolves true once the page is in,
+    // false if it failed, or if the replay started over (reset) meanwhile: that page is no longer
+    // the next one, and the new start's own request may be loading already. A forward seek does
+    // not start over, so the page it waits for is kept. (Dropping it, as this once did, left the
+    // request marked as loading for ever and the seek spinning on it: the page froze.)
     function fetch() {
-      if (st.fetching || st.exhausted) return st.fetching || Promise.resolve();
-      var gen = st.gen;
+      if (st.exhausted) return Promise.resolve(true);
+      if (st.fetching) return st.fetching;
+      var epoch = st.epoch;
       st.fetching = AP.eventsPage(eventsPath, st.next, AP.PAGE_SIZE).then(function (p) {
-        if (gen !== st.gen) return; // a seek started over meanwhile
+        if (epoch !== st.epoch) return false;
         st.fetching = null;
         if (st.bi > 0) { st.buf = st.buf.slice(st.bi); st.bi = 0; }
         st.buf = st.buf.concat(p.events);
@@ -126,9 +138,12 @@
           st.lastSeq = p.events[p.events.length - 1].seq;
           slider.max = String(st.lastSeq);
         }
+        return true;
       }, function (err) {
+        if (epoch !== st.epoch) return false;
         st.fetching = null;
         fail(err);
+        return false;
       });
       return st.fetching;
     }
@@ -139,6 +154,7 @@
       if (m) chat.onLogEvent(m);
       else if (e.type === 'tool_result') answerFromLog(e.payload || {});
       st.pos = e.seq;
+      st.applied++;
       if (!st.started) st.started = true;
     }
 
@@ -224,19 +240,32 @@
 
     function pause() {
       st.playing = false;
+      st.resume = false;
       showControls();
     }
 
     // seek moves to just after seq target: backwards starts over from the first event; either
-    // way the events up to target are applied at once, a frame's budget at a time.
+    // way the events up to target are applied at once, a frame's budget at a time. A later seek
+    // takes over from this one wherever it is; a page that cannot be read ends it there (the
+    // error shows), without asking again.
     function seek(target, thenPlay) {
-      var wasPlaying = thenPlay || st.playing;
+      var mine = ++st.seekGen;
+      st.resume = !!(thenPlay || st.playing || st.resume);
       st.playing = false;
       st.seeking = true;
-      st.gen = (st.gen || 0) + 1;
       if (target < st.pos) reset();
+      function more() {
+        fetch().then(function (ok) {
+          if (ok) step();
+          else if (mine === st.seekGen) {
+            st.seeking = false;
+            st.resume = false;
+            showControls();
+          }
+        });
+      }
       function step() {
-        if (stopped) return;
+        if (stopped || mine !== st.seekGen) return;
         var t0 = root.performance.now();
         while (buffered() > 0 && st.pos < target && root.performance.now() - t0 < FRAME_BUDGET_MS) {
           var e = st.buf[st.bi++];
@@ -246,7 +275,7 @@
         tview.update();
         showControls();
         if (st.pos < target && buffered() === 0 && !st.exhausted) {
-          fetch().then(step);
+          more();
           return;
         }
         if (st.pos < target && buffered() > 0) {
@@ -255,10 +284,12 @@
         }
         st.seeking = false;
         st.finished = buffered() === 0 && st.exhausted;
+        var resume = st.resume;
+        st.resume = false;
         showControls();
-        if (wasPlaying && !st.finished) play();
+        if (resume && !st.finished) play();
       }
-      if (buffered() === 0 && !st.exhausted) fetch().then(step);
+      if (buffered() === 0 && !st.exhausted) more();
       else step();
     }
 
@@ -275,7 +306,6 @@
     slider.addEventListener('change', function () { seek(Number(slider.value), false); });
 
     reset();
-    st.gen = 0;
     AP.sessionSummary(id).then(function (s) {
       if (stopped) return;
       if (!s) { fail(new AP.APIError(404, 'session_not_found', 'no such session')); return; }
@@ -293,8 +323,9 @@
     AP.pageState = function () {
       return {
         sessionId: id, pos: st.pos, lastSeq: st.lastSeq, playing: st.playing, finished: st.finished, started: st.started, seeking: st.seeking,
-        speed: String(st.speed), buffered: buffered(), error: error ? error.code : '',
-        chat: chat ? chat.snapshot() : null, timeline: model ? { rows: model.rows.length, lastSeq: model.lastSeq, counts: model.summary().counts } : null,
+        speed: String(st.speed), buffered: buffered(), applied: st.applied, error: error ? error.code : '',
+        chat: chat ? chat.snapshot() : null,
+        timeline: model ? { rows: model.rows.length, lastSeq: model.lastSeq, events: model.events, counts: model.summary().counts } : null,
       };
     };
 

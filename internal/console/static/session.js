@@ -67,8 +67,10 @@
       el('h1', {}, 'Session ', el('code', { 'data-testid': 'session-id', text: id })),
       el('div', { class: 'head-actions' }, live, jump,
         AP.link('/console/sessions/' + encodeURIComponent(id) + '/replay', 'Replay', { class: 'btn btn-small btn-primary', 'data-testid': 'replay-link' }))));
+    var loadNote = el('div'); // why the log cannot be read just now, while it is tried again
     page.appendChild(meta);
     page.appendChild(errBox);
+    page.appendChild(loadNote);
     page.appendChild(el('details', { class: 'runs-panel', open: true }, el('summary', { text: 'Run tree' }), runsBox));
     if (runFilter) {
       page.appendChild(el('p', { class: 'filter-note' }, 'Showing run ', el('code', { text: runFilter }), ' only (not followed live). ',
@@ -77,7 +79,7 @@
     var tlBox = el('div', { class: 'timeline-box' });
     page.appendChild(tlBox);
 
-    var model, tview, cursor, loading, atEnd, follower, stopped = false, error = null, liveState = 'loading';
+    var model, tview, cursor, loading, atEnd, follower, pager = null, stopped = false, error = null, liveState = 'loading';
     var apiRuns = [];
     // What the summary line says: the session's row, then what the events read since add to it,
     // so it keeps up with the timeline while the session is live.
@@ -112,6 +114,8 @@
 
     function fail(err) {
       error = err;
+      if (pager) pager.stop();
+      loadNote.replaceChildren();
       errBox.hidden = false;
       errBox.textContent = err.status === 404 ? 'No such session (or not yours): ' + id : 'Could not load the session: ' + err;
       setLive('stopped', 'not loaded');
@@ -120,6 +124,9 @@
     function start(from) {
       if (follower) follower.stop();
       follower = null;
+      if (pager) pager.stop();
+      pager = null;
+      loadNote.replaceChildren();
       if (tview) tview.destroy();
       tlBox.replaceChildren();
       model = new Timeline.Model();
@@ -133,28 +140,40 @@
       loadMore();
     }
 
+    // loadMore reads the next page of the log, trying again while the server cannot be reached
+    // (keepLoading: a page opened while it restarts fills in once it is back).
     function loadMore() {
       if (loading || atEnd || stopped || error) return;
       loading = true;
-      AP.eventsPage(eventsPath, cursor, AP.PAGE_SIZE).then(function (p) {
-        loading = false;
-        if (stopped) return;
-        model.add(p.events);
-        noteModel();
-        cursor = p.next;
-        if (p.events.length < AP.PAGE_SIZE) {
-          atEnd = true;
-          if (runFilter) setLive('filtered', 'one run');
-          else startFollow();
-        } else if (liveState === 'loading') {
-          setLive('paging', 'loading as you scroll');
-        }
-        tview.update();
-        refreshRuns();
-      }, function (err) {
-        loading = false;
-        if (!stopped) fail(err);
+      var mine = model; // a page read for a timeline since started over (Jump to latest) is not drawn
+      pager = AP.keepLoading(function () {
+        return AP.eventsPage(eventsPath, cursor, AP.PAGE_SIZE).then(function (p) { drawPage(p, mine); });
+      }, {
+        message: function (err) { return 'Could not load the session: ' + err; },
+        onError: function () { if (mine === model) setLive('retrying', 'not loaded, trying again…'); },
+        onFinal: function (err) {
+          loadNote.replaceChildren();
+          if (mine === model) { loading = false; fail(err); }
+        },
       });
+      loadNote.replaceChildren(pager.note);
+    }
+
+    function drawPage(p, mine) {
+      if (stopped || mine !== model) return;
+      loading = false;
+      model.add(p.events);
+      noteModel();
+      cursor = p.next;
+      if (p.events.length < AP.PAGE_SIZE) {
+        atEnd = true;
+        if (runFilter) setLive('filtered', 'one run');
+        else startFollow();
+      } else if (liveState === 'loading' || liveState === 'retrying') {
+        setLive('paging', 'loading as you scroll');
+      }
+      tview.update();
+      refreshRuns();
     }
 
     function startFollow() {
@@ -200,7 +219,20 @@
       }, 250);
     }
 
-    AP.sessionSummary(id).then(function (s) {
+    // The summary and the runs are read until they can be (keepLoading), quietly: the log's
+    // own note says when the server cannot be reached.
+    var summaryLoader = AP.keepLoading(function () {
+      return AP.sessionSummary(id).then(showSessionRow);
+    }, { onFinal: fail });
+    var runsLoader = AP.keepLoading(function () {
+      return AP.allPages('/v1/runs', { session_id: id, order: 'asc' }, 'runs', 5000).then(function (runs) {
+        if (stopped) return;
+        apiRuns = runs;
+        refreshRuns();
+      });
+    }, { onFinal: function () { /* the events say enough */ } });
+
+    function showSessionRow(s) {
       if (stopped) return;
       if (!s) {
         fail(new AP.APIError(404, 'session_not_found', 'no such session'));
@@ -212,11 +244,7 @@
       jump.onclick = function () {
         AP.sessionSummary(id).then(function (s2) { start(Math.max(0, ((s2 && s2.last_seq) || 0) - 200)); });
       };
-    }, fail);
-    AP.allPages('/v1/runs', { session_id: id, order: 'asc' }, 'runs', 5000).then(function (runs) {
-      apiRuns = runs;
-      refreshRuns();
-    }, function () { /* the events say enough */ });
+    }
     start(0);
 
     AP.pageState = function () {
@@ -232,6 +260,9 @@
 
     return function () {
       stopped = true;
+      summaryLoader.stop();
+      runsLoader.stop();
+      if (pager) pager.stop();
       if (follower) follower.stop();
       if (tview) tview.destroy();
       if (runsTimer) root.clearTimeout(runsTimer);
