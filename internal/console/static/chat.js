@@ -246,6 +246,7 @@
     // answer came (app.js keeps it in local storage through view.newSessionPending).
     this.pendingNew = this.sessionId ? null : opts.pendingNewSession || null;
     this.recovery = null;     // {pending, tries, timer, notOurs}: the lookup of pendingNew's session under way
+    this.queuedLook = null;   // {pending, asked}: sessions looked up for pendingNew's queued run (checkQueued)
   }
 
   Chat.prototype.start = function () {
@@ -477,8 +478,12 @@
     var sid = msg.session_id || this.sessionId;
     if (this.sessionId == null) {
       // Only the run_started answering our own invoke may open a session; anything else is
-      // from a session this page has left (after "New session").
-      if (!(msg.type === 'run_started' && msg.request_id && this.unconfirmed.has(msg.request_id) && sid)) return;
+      // from a session this page has left (after "New session") — or our own first run,
+      // queued: its QUEUED state, unlike run_started, names no request_id (see checkQueued).
+      if (!(msg.type === 'run_started' && msg.request_id && this.unconfirmed.has(msg.request_id) && sid)) {
+        if (sid && isQueuedState(msg)) this.checkQueued(sid);
+        return;
+      }
       this.settlePendingNew(msg.request_id);
       this.setSession(sid);
     } else if (sid !== this.sessionId) {
@@ -1303,6 +1308,44 @@
     this.emitControls();
   };
 
+  // --- a new session whose first run is queued ---
+
+  // A new session's first run queued under the global cap (docs/API.md, "Run caps and the
+  // queue") reaches the page as a platform state QUEUED, and its run_started only once a slot
+  // frees, maybe minutes later. The QUEUED state carries no request_id (the run_queued that
+  // does is trace only), and a page without a session also hears the sessions it has left. So
+  // the session of a QUEUED heard while this page's first message waits is looked up over HTTP:
+  // if its run_queued carries that message's request_id, the session is adopted, as its
+  // run_started would open it, and the run shown queued (and cancellable) until it starts.
+  Chat.prototype.checkQueued = function (sessionId) {
+    var p = this.pendingNew;
+    if (!p || !this.unconfirmed.has(p.requestId) || this.recovery || !this.fetch) return;
+    var look = this.queuedLook;
+    if (!look || look.pending !== p) look = this.queuedLook = { pending: p, asked: {} };
+    if (look.asked[sessionId]) return; // looked at already: its later positions say no more
+    look.asked[sessionId] = true;
+    var self = this;
+    ownStart(httpGetter(this.fetch, this.settings), sessionId, p).then(function (e) {
+      if (!e || self.queuedLook !== look || self.pendingNew !== p || self.sessionId != null || self.stopped) return;
+      self.adoptNewSession(sessionId);
+      if (typeof e.run_id !== 'string' || e.run_id === '') return;
+      // Its message is confirmed on its run as run_started would, so a run cancelled while
+      // queued (it never starts) frees the input; the replay from seq 0 follows.
+      var run = self.ensureRun({ run_id: e.run_id, agent_id: p.agent });
+      run.user = self.runUser({ request_id: p.requestId, run_id: e.run_id }, run);
+      self.onState({ type: 'state', run_id: e.run_id, state: 'QUEUED', source: 'platform' });
+      self.emitControls();
+    }, function (err) {
+      if (self.queuedLook === look) delete look.asked[sessionId]; // its next QUEUED looks again
+      self.log.warn('agentplane: cannot look up the session of a queued run', err);
+    });
+  };
+
+  // isQueuedState: msg is the platform's QUEUED state of a root run.
+  function isQueuedState(msg) {
+    return msg.type === 'state' && msg.source !== 'agent' && msg.state === 'QUEUED' && !msg.parent_run_id && !!msg.run_id;
+  }
+
   Chat.prototype.stopRecovery = function () {
     var rec = this.recovery;
     if (!rec) return;
@@ -1328,14 +1371,7 @@
   // session listed without that run_started never gets it.
   function findNewSession(fetch, settings, pending, notOurs) {
     notOurs = notOurs || {};
-    var init = { headers: { Authorization: 'Bearer ' + settings.key }, cache: 'no-store' };
-    function get(path) {
-      // In a promise: a fetch that throws at once rejects like one that fails later.
-      return new Promise(function (resolve) { resolve(fetch(path, init)); }).then(function (res) {
-        if (!res.ok) throw new Error('HTTP ' + res.status + ' from ' + path.split('?')[0]);
-        return res.json();
-      });
-    }
+    var get = httpGetter(fetch, settings);
     var list = '/v1/sessions?user_id=' + encodeURIComponent(pending.user) + '&agent_id=' + encodeURIComponent(pending.agent) +
       '&limit=' + PENDING_NEW_SESSIONS;
     return get(list).then(function (body) {
@@ -1347,14 +1383,35 @@
       function next() {
         if (i >= sessions.length) return null;
         var id = sessions[i++].session_id;
-        return get('/v1/sessions/' + encodeURIComponent(id) + '/events?after_seq=0&limit=' + PENDING_NEW_EVENTS).then(function (b) {
-          var events = b && Array.isArray(b.events) ? b.events : [];
-          if (events.some(function (e) { return startedBy(e, pending); })) return id;
+        return ownStart(get, id, pending).then(function (e) {
+          if (e) return id;
           notOurs[id] = true;
           return next();
         });
       }
       return next();
+    });
+  }
+
+  // httpGetter is a GET of the API's JSON with the user's key; it rejects when the server
+  // cannot be asked or answers an error.
+  function httpGetter(fetch, settings) {
+    var init = { headers: { Authorization: 'Bearer ' + settings.key }, cache: 'no-store' };
+    return function (path) {
+      // In a promise: a fetch that throws at once rejects like one that fails later.
+      return new Promise(function (resolve) { resolve(fetch(path, init)); }).then(function (res) {
+        if (!res.ok) throw new Error('HTTP ' + res.status + ' from ' + path.split('?')[0]);
+        return res.json();
+      });
+    };
+  }
+
+  // ownStart resolves to the event among session id's first that starts the root run pending
+  // asked for (see startedBy), or null.
+  function ownStart(get, id, pending) {
+    return get('/v1/sessions/' + encodeURIComponent(id) + '/events?after_seq=0&limit=' + PENDING_NEW_EVENTS).then(function (b) {
+      var events = b && Array.isArray(b.events) ? b.events : [];
+      return events.find(function (e) { return startedBy(e, pending); }) || null;
     });
   }
 
