@@ -62,11 +62,31 @@ func TestBrowserChatFirstMessageQueued(t *testing.T) {
 	}
 	ga.noneStarted(t, 300*time.Millisecond)
 
+	// In the session now open, the next message is queued too: its QUEUED confirms it (not
+	// "sending…"), and cancelled while queued it frees the message box, no reload needed.
+	p.sendByClick("still waiting")
+	p.waitFor("the second message's run is shown queued", `window.agentplaneChat.state().messages.length === 4 && `+lastAssistantJS+`.detail === 'queued'`)
+	st = p.state()
+	if st.Messages[2].Text != "still waiting" || st.Messages[2].Status != "sent" || st.ActiveRunID == "" {
+		t.Fatalf("the page shows %+v", st)
+	}
+	if c := p.controls(); c.CancelDisabled || !c.SendDisabled {
+		t.Fatalf("controls while queued: %+v", c)
+	}
+	p.do("click Cancel", chromedp.Click(chromedp.ID("cancel-button")))
+	p.waitAssistantStatus("cancelled")
+	if c := p.controls(); c.InputDisabled || c.SendDisabled {
+		t.Fatalf("controls after the queued run was cancelled: %+v", c)
+	}
+	if status := runStatus(t, s, st.ActiveRunID); status != "CANCELLED" {
+		t.Fatalf("the run is %s, want CANCELLED", status)
+	}
+
 	// With the slot free the conversation goes on in the same session.
 	ga.release(held)
 	p.sendByClick("now")
 	ga.next(t)
-	p.waitFor("the reply", `window.agentplaneChat.state().messages.length === 4 && `+lastAssistantJS+`.status === 'done'`)
+	p.waitFor("the reply", `window.agentplaneChat.state().messages.length === 6 && `+lastAssistantJS+`.status === 'done'`)
 	if got := p.state().SessionID; got != sid {
 		t.Fatalf("the next message went to session %s, want %s", got, sid)
 	}

@@ -11,7 +11,7 @@ const (
 	TypeAgentInvokeStarted = "agent_invoke_started" // {agent_id, endpoint}
 	TypeAgentStreamDelta   = "agent_stream_delta"   // {text}
 	TypeAgentInvokeDone    = "agent_invoke_done"    // {ok, error?, duration_ms, deltas}
-	TypeState              = "state"                // {state, detail, source}
+	TypeState              = "state"                // {state, detail, source, request_id?} (the first QUEUED names its invoke)
 	TypeLLMCallStarted     = "llm_call_started"
 	TypeLLMCallDone        = "llm_call_done"
 )

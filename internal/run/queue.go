@@ -116,12 +116,20 @@ func queuedEvents(run *store.Run, requestID string, msg json.RawMessage, tracepa
 	return []store.EventParams{
 		{SessionID: run.SessionID, RunID: run.RunID, TS: now, Type: eventlog.TypeUserInput, Payload: json.RawMessage(`{"message":` + string(msg) + `}`)},
 		{SessionID: run.SessionID, RunID: run.RunID, TS: now, Type: eventlog.TypeRunQueued, Payload: queued},
-		queuedState(run, position, now),
+		queuedState(run, requestID, position, now),
 	}
 }
 
-func queuedState(run *store.Run, position int, now int64) store.EventParams {
-	b, _ := json.Marshal(map[string]any{"state": store.RunQueued, "detail": map[string]any{"position": position}, "source": eventlog.StateSourcePlatform})
+// queuedState is a queued run's state QUEUED {position}. The first, written as the run is
+// queued, names the invoke's request_id (as run_started does): it is the invoke's answer until
+// the run is admitted, or the only one if it is cancelled while it waits. Later positions
+// (requestID "") do not.
+func queuedState(run *store.Run, requestID string, position int, now int64) store.EventParams {
+	p := map[string]any{"state": store.RunQueued, "detail": map[string]any{"position": position}, "source": eventlog.StateSourcePlatform}
+	if requestID != "" {
+		p["request_id"] = requestID
+	}
+	b, _ := json.Marshal(p)
 	return store.EventParams{SessionID: run.SessionID, RunID: run.RunID, TS: now, Type: eventlog.TypeState, Payload: b}
 }
 
@@ -354,7 +362,7 @@ func (m *Manager) tellPositions(ctx context.Context) error {
 				if err != nil || !ok {
 					return nil, err
 				}
-				return []store.EventParams{queuedState(&store.Run{RunID: q.RunID, SessionID: q.SessionID}, want, now)}, nil
+				return []store.EventParams{queuedState(&store.Run{RunID: q.RunID, SessionID: q.SessionID}, "", want, now)}, nil
 			})
 			if err != nil {
 				errs <- err

@@ -246,7 +246,6 @@
     // answer came (app.js keeps it in local storage through view.newSessionPending).
     this.pendingNew = this.sessionId ? null : opts.pendingNewSession || null;
     this.recovery = null;     // {pending, tries, timer, notOurs}: the lookup of pendingNew's session under way
-    this.queuedLook = null;   // {pending, asked}: sessions looked up for pendingNew's queued run (checkQueued)
   }
 
   Chat.prototype.start = function () {
@@ -477,13 +476,10 @@
   Chat.prototype.onLogEvent = function (msg) {
     var sid = msg.session_id || this.sessionId;
     if (this.sessionId == null) {
-      // Only the run_started answering our own invoke may open a session; anything else is
-      // from a session this page has left (after "New session") — or our own first run,
-      // queued: its QUEUED state, unlike run_started, names no request_id (see checkQueued).
-      if (!(msg.type === 'run_started' && msg.request_id && this.unconfirmed.has(msg.request_id) && sid)) {
-        if (sid && isQueuedState(msg)) this.checkQueued(sid);
-        return;
-      }
+      // Only the run_started answering our own invoke may open a session — or, for a run
+      // queued under the global cap, its first QUEUED, which names the invoke's request_id
+      // too; anything else is from a session this page has left (after "New session").
+      if (!((msg.type === 'run_started' || isQueuedState(msg)) && msg.request_id && this.unconfirmed.has(msg.request_id) && sid)) return;
       this.settlePendingNew(msg.request_id);
       this.setSession(sid);
     } else if (sid !== this.sessionId) {
@@ -660,6 +656,10 @@
 
   Chat.prototype.onState = function (msg) {
     var run = this.ensureRun(msg);
+    // A run queued under the global cap answers its invoke with QUEUED, its run_started coming
+    // only when it is admitted (never, if it is cancelled while it waits): the first QUEUED
+    // names the invoke's request_id, and confirms this page's message as run_started would.
+    if (isQueuedState(msg) && msg.request_id && !run.user) run.user = this.runUser(msg, run);
     // An agent's own state (source "agent") is never the run's, whatever its name (docs/API.md).
     var state = msg.source === 'agent' ? '' : String(msg.state || '');
     var detail = msg.detail && typeof msg.detail === 'object' && !Array.isArray(msg.detail) ? msg.detail : null;
@@ -683,6 +683,11 @@
     run.phaseText = this.phaseText(phase, detail);
     this.setItem(run.assistant, { statusText: run.cancelling ? 'cancelling…' : run.phaseText });
   };
+
+  // isQueuedState: msg is the platform's QUEUED state of a root run.
+  function isQueuedState(msg) {
+    return msg.type === 'state' && msg.source !== 'agent' && msg.state === 'QUEUED' && !msg.parent_run_id && !!msg.run_id;
+  }
 
   // phaseText is what the status lines say while the run is in phase.
   Chat.prototype.phaseText = function (phase, detail) {
@@ -1307,44 +1312,6 @@
     if (this.ready) this.subscribe();
     this.emitControls();
   };
-
-  // --- a new session whose first run is queued ---
-
-  // A new session's first run queued under the global cap (docs/API.md, "Run caps and the
-  // queue") reaches the page as a platform state QUEUED, and its run_started only once a slot
-  // frees, maybe minutes later. The QUEUED state carries no request_id (the run_queued that
-  // does is trace only), and a page without a session also hears the sessions it has left. So
-  // the session of a QUEUED heard while this page's first message waits is looked up over HTTP:
-  // if its run_queued carries that message's request_id, the session is adopted, as its
-  // run_started would open it, and the run shown queued (and cancellable) until it starts.
-  Chat.prototype.checkQueued = function (sessionId) {
-    var p = this.pendingNew;
-    if (!p || !this.unconfirmed.has(p.requestId) || this.recovery || !this.fetch) return;
-    var look = this.queuedLook;
-    if (!look || look.pending !== p) look = this.queuedLook = { pending: p, asked: {} };
-    if (look.asked[sessionId]) return; // looked at already: its later positions say no more
-    look.asked[sessionId] = true;
-    var self = this;
-    ownStart(httpGetter(this.fetch, this.settings), sessionId, p).then(function (e) {
-      if (!e || self.queuedLook !== look || self.pendingNew !== p || self.sessionId != null || self.stopped) return;
-      self.adoptNewSession(sessionId);
-      if (typeof e.run_id !== 'string' || e.run_id === '') return;
-      // Its message is confirmed on its run as run_started would, so a run cancelled while
-      // queued (it never starts) frees the input; the replay from seq 0 follows.
-      var run = self.ensureRun({ run_id: e.run_id, agent_id: p.agent });
-      run.user = self.runUser({ request_id: p.requestId, run_id: e.run_id }, run);
-      self.onState({ type: 'state', run_id: e.run_id, state: 'QUEUED', source: 'platform' });
-      self.emitControls();
-    }, function (err) {
-      if (self.queuedLook === look) delete look.asked[sessionId]; // its next QUEUED looks again
-      self.log.warn('agentplane: cannot look up the session of a queued run', err);
-    });
-  };
-
-  // isQueuedState: msg is the platform's QUEUED state of a root run.
-  function isQueuedState(msg) {
-    return msg.type === 'state' && msg.source !== 'agent' && msg.state === 'QUEUED' && !msg.parent_run_id && !!msg.run_id;
-  }
 
   Chat.prototype.stopRecovery = function () {
     var rec = this.recovery;

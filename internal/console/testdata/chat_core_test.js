@@ -1225,35 +1225,54 @@ const tests = {
     assert.equal(h.events.controls.canSend, true);
   },
 
-  async 'a new session\'s first run queued: its session opens on the QUEUED, shown queued and cancellable'() {
+  'a message queued in an existing session: the QUEUED naming its request_id confirms it; cancelled while queued, the input is free'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    s.push(ev(2, 'run_started', { request_id: 'r-old', message: { role: 'user', content: 'before' } }));
+    s.push(ev(3, 'done', {}));
+    h.chat.send('hi');
+    const rid = s.last().request_id;
+    // The global cap queues the run: its first QUEUED names the invoke; no run_started comes.
+    s.push(ev(4, 'state', { run_id: 'run2', request_id: rid, state: 'QUEUED', detail: { position: 3 }, source: 'platform' }));
+    assert.deepEqual(h.msgs().slice(2), [['user', 'hi', 'sent'], ['assistant', '', 'running']], 'confirmed, not "sending…"');
+    assert.equal(h.chat.snapshot().messages[3].detail, 'queued');
+    assert.equal(h.chat.snapshot().activeRunId, 'run2');
+    assert.equal(h.events.controls.canCancel, true);
+    assert.equal(h.events.controls.canSend, false);
+    // A later position names no request_id: nothing changes but the position.
+    s.push(ev(5, 'state', { run_id: 'run2', state: 'QUEUED', detail: { position: 1 }, source: 'platform' }));
+    assert.equal(h.chat.snapshot().messages.length, 4);
+    assert.equal(h.chat.cancel(), true);
+    assert.deepEqual([s.last().type, s.last().run_id], ['cancel_run', 'run2']);
+    s.push(ev(6, 'state', { run_id: 'run2', state: 'CANCELLED', detail: { reason: 'user', by: 'demo' }, source: 'platform' }));
+    assert.deepEqual(h.msgs().slice(2), [['user', 'hi', 'sent'], ['assistant', '', 'cancelled']]);
+    assert.equal(h.events.controls.canSend, true, 'a queued run cancelled never starts: the input is free');
+    assert.equal(h.chat.send('again'), true);
+  },
+
+  'a new session\'s first run queued: its session opens on the QUEUED naming its request_id, shown queued and cancellable'() {
     const api = new FakeAPI();
-    api.add('s-left', 'r-earlier', { type: 'run_queued' }); // a session this page left, queued too
     const h = harness({ fetch: api.fetch });
     const s = h.connect();
     h.chat.send('hi');
     const rid = s.last().request_id;
-    // A left session's run moving up the queue is looked at once, and is not ours.
-    s.push(ev(4, 'state', { session_id: 's-left', state: 'QUEUED', detail: { position: 1 }, source: 'platform' }));
-    await settle();
-    s.push(ev(5, 'state', { session_id: 's-left', state: 'QUEUED', detail: { position: 1 }, source: 'platform' }));
-    await settle();
-    assert.deepEqual(api.paths(), ['/v1/sessions/s-left/events?after_seq=0&limit=10']);
+    // A left session's run queued or moving up the queue (another request_id, or none) is not ours.
+    s.push(ev(4, 'state', { session_id: 's-left', run_id: 'r-left', request_id: 'r-earlier', state: 'QUEUED', detail: { position: 1 }, source: 'platform' }));
+    s.push(ev(5, 'state', { session_id: 's-left', run_id: 'r-left', state: 'QUEUED', detail: { position: 1 }, source: 'platform' }));
     assert.deepEqual(h.events.sessions, []);
-    // Ours: the server queued it (user_input, run_queued with the request_id, state QUEUED);
-    // the client gets only the state, which names no request_id.
-    api.add('s1', rid, { type: 'run_queued' });
-    s.push(ev(3, 'state', { state: 'QUEUED', detail: { position: 2 }, source: 'platform' }));
-    await settle();
+    assert.deepEqual(h.msgs(), [['user', 'hi', 'sending']]);
+    // Ours: the server queued it; its first QUEUED names the invoke's request_id, as run_started would.
+    s.push(ev(3, 'state', { request_id: rid, state: 'QUEUED', detail: { position: 2 }, source: 'platform' }));
     assert.deepEqual(h.events.sessions, ['s1'], 'the session is remembered');
     assert.deepEqual(h.events.pendingNew.map((x) => x[0]), ['pending', 'settled']);
-    assert.deepEqual(s.ofType('subscribe').map((m) => [m.session_id, m.after_seq]), [['s1', 0]]);
+    assert.deepEqual(api.paths(), [], 'nothing looked up over HTTP');
     assert.deepEqual(h.msgs(), [['user', 'hi', 'sent'], ['assistant', '', 'running']]);
     assert.equal(h.chat.snapshot().messages[1].detail, 'queued');
     assert.equal(h.chat.snapshot().activeRunId, 'run1');
     assert.equal(h.events.controls.canCancel, true);
     assert.equal(h.events.controls.canSend, false);
-    // The replay brings the same state again: nothing doubles.
-    s.push(ev(3, 'state', { state: 'QUEUED', detail: { position: 2 }, source: 'platform' }));
+    // The same state again (a replay), and a later position without request_id: nothing doubles.
+    s.push(ev(3, 'state', { request_id: rid, state: 'QUEUED', detail: { position: 2 }, source: 'platform' }));
     s.push(ev(6, 'state', { state: 'QUEUED', detail: { position: 1 }, source: 'platform' }));
     assert.equal(h.chat.snapshot().messages.length, 2);
     assert.equal(h.chat.cancel(), true);
@@ -1263,16 +1282,13 @@ const tests = {
     assert.equal(h.events.controls.canSend, true, 'a queued run cancelled never starts: the input is free');
   },
 
-  async 'a new session\'s first run queued, then admitted: one message, one reply'() {
-    const api = new FakeAPI();
-    const h = harness({ fetch: api.fetch });
+  'a new session\'s first run queued, then admitted: one message, one reply'() {
+    const h = harness();
     const s = h.connect();
     h.chat.send('hi');
     const rid = s.last().request_id;
-    api.add('s1', rid, { type: 'run_queued' });
-    s.push(ev(3, 'state', { state: 'QUEUED', detail: { position: 1 }, source: 'platform' }));
-    await settle();
-    s.push(ev(3, 'state', { state: 'QUEUED', detail: { position: 1 }, source: 'platform' }));
+    s.push(ev(3, 'state', { request_id: rid, state: 'QUEUED', detail: { position: 1 }, source: 'platform' }));
+    s.push(ev(3, 'state', { request_id: rid, state: 'QUEUED', detail: { position: 1 }, source: 'platform' }));
     s.push(ev(4, 'state', { state: 'RUNNING', detail: { queued_ms: 900 }, source: 'platform' }));
     s.push(ev(5, 'run_started', { request_id: rid, message: { role: 'user', content: 'hi' }, queued_ms: 900 }));
     s.push(ev(6, 'delta', { text: 'hello' }));
