@@ -5,7 +5,7 @@ package e2e
 // next page is still loading must settle at its target with every event applied once, in order,
 // reading each page once — not drop the page it was waiting for and spin on it (the page froze:
 // a promise loop that never yields), nor let an older seek carry on past a newer one's target,
-// nor ask again and again for a page the server refuses.
+// nor ask again and again for a page the server refuses (it is asked again on a backoff).
 
 import (
 	"context"
@@ -152,7 +152,7 @@ func responsive(p *chatPage, when string) {
 // in flight, back while its page is in flight, and back while a seek spans frames; each time it
 // settles at the seq asked for with events 1…seq applied once each, in order — the chat's text
 // exactly the deltas up to there — and each page of the log is read once per pass. A page the
-// server refuses during a seek ends the seek with the error, asked for once, not again and again.
+// server refuses during a seek is waited for, asked again on the backoff, not again and again.
 func TestBrowserConsoleReplaySeekWhilePageLoads(t *testing.T) {
 	browser := newBrowser(t)
 	s := startServer(t, "sqlite:"+t.TempDir()+"/a.db")
@@ -266,14 +266,22 @@ func TestBrowserConsoleReplaySeekWhilePageLoads(t *testing.T) {
 		t.Fatalf("pages asked for (after_seq): %v, want %v", got, want)
 	}
 
-	// 5. The server refuses the page a seek needs: the seek ends with the error, having asked once.
+	// 5. The server refuses the page a seek needs: the seek waits for it, saying so, and asks
+	// again on the backoff (1 s, then 2 s…), not again and again; once the server answers, the
+	// seek lands — without a reload.
 	gate.setRefuse(true)
 	before := len(gate.requests())
 	seek(100)
-	time.Sleep(time.Second)
-	if n := len(gate.requests()) - before; n != 1 {
-		t.Fatalf("a refused page was asked for %d times in a second: %v", n, gate.requests()[before:])
+	p.waitFor("the replay says it could not load the log and tries again", `(function () { var s = window.agentplaneConsole.state(); var n = document.querySelector('.replay-page [data-testid="load-error"]');
+		return s.seeking && !s.playing && s.error === '' && !!n && !n.hidden && n.dataset.state === 'waiting' && n.textContent.indexOf('Could not load the log') >= 0; })()`)
+	time.Sleep(2500 * time.Millisecond)
+	if n := len(gate.requests()) - before; n < 2 || n > 3 {
+		t.Fatalf("a refused page was asked for %d times in 2.5 s: want a try and a retry or two on the backoff: %v", n, gate.requests()[before:])
 	}
-	p.waitFor("the replay says it could not load the log", `(function () { var s = window.agentplaneConsole.state(); var e = document.querySelector('.replay-page .error-box');
-		return !s.seeking && !s.playing && s.error === 'unavailable' && !!e && !e.hidden && e.textContent.indexOf('Could not load the log') >= 0; })()`)
+	gate.setRefuse(false)
+	p.do("the window gets the focus back", chromedp.Evaluate[chromedp.Void](`window.dispatchEvent(new Event('focus'))`))
+	settled(100, "a seek whose page was refused, once the server answers")
+	if n := evalIn[int](p, `document.querySelectorAll('.replay-page [data-testid="load-error"]:not([hidden])').length`); n != 0 {
+		t.Fatalf("%d load-error notes still show", n)
+	}
 }

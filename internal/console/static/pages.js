@@ -139,7 +139,7 @@
     if (!AP.isAdmin()) page.appendChild(el('p', { class: 'muted', text: 'Your approvals, read only: decide them in the chat.' }));
     var pendingBox = el('div', { 'data-testid': 'pending' });
     var recentBody = el('tbody');
-    var more = el('button', { type: 'button', class: 'btn btn-small', text: 'Load more', hidden: true });
+    var more = el('button', { type: 'button', class: 'btn btn-small', text: 'Load more', hidden: true, 'data-testid': 'load-more' });
     var loader = null;
     var pendingHead = el('h2', { text: 'Pending' });
     page.appendChild(pendingHead);
@@ -150,7 +150,10 @@
     var stopped = false;
     var cards = new Map(); // approval id → card (kept across refreshes so a typed reason survives)
     var pendingIds = [];
-    var cursor = '';
+    var DECIDED_PAGE = 50;
+    var listed = []; // what the Decided table shows, as listed (newest first, pending ones too)
+    var cursor = ''; // where Load more reads on: just after the last of listed
+    var wantMore = false; // Load more was clicked: the next load reads a page further
     var decidedCount = 0;
 
     function card(a) {
@@ -210,33 +213,72 @@
         pendingBox.replaceChildren.apply(pendingBox, order.length ? order : [el('p', { class: 'muted', 'data-testid': 'pending-none', text: 'Nothing is waiting for a decision.' })]);
         tick();
       });
-      return Promise.all([pending, loadDecided(true)]);
+      return Promise.all([pending, loadDecided()]);
     }
 
-    function loadDecided(first) {
-      if (first) { cursor = ''; decidedCount = 0; }
-      return AP.api('/v1/approvals' + AP.query({ order: 'desc', limit: 50, cursor: cursor })).then(function (b) {
-        if (stopped) return;
-        if (first) recentBody.replaceChildren();
-        var empty = recentBody.querySelector('tr.empty');
-        if (empty) empty.remove();
-        b.approvals.forEach(function (a) {
-          if (a.status === 'PENDING') return;
-          decidedCount++;
-          recentBody.appendChild(el('tr', { dataset: { approvalId: a.approval_id, status: a.status } },
-            td(el('code', { text: a.approval_id })), td(a.tool_name), td(a.args_summary, { class: 'break' }),
-            td(el('span', { class: 'badge ' + AP.statusClass(a.status === 'APPROVED' ? 'DONE' : a.status === 'REJECTED' ? 'FAILED' : 'CANCELLED'), text: a.status })),
-            td(a.decided_by), td(a.reason, { class: 'break' }), timeCell(a.decided_at),
-            td(AP.link('/console/sessions/' + encodeURIComponent(a.session_id), a.session_id, { class: 'mono' }))));
-        });
-        if (!decidedCount) recentBody.replaceChildren(emptyRow(8, AP.isAdmin() ? 'No approval has been decided yet.' : 'None of your approvals has been decided yet.'));
-        cursor = b.next_cursor;
-        more.hidden = !cursor;
+    function listApprovals(from, limit) {
+      return AP.api('/v1/approvals' + AP.query({ order: 'desc', limit: limit, cursor: from })).then(function (b) {
+        return { list: (b && b.approvals) || [], next: (b && b.next_cursor) || '' };
       });
     }
 
+    // readHead reads the listing again from the newest down to the oldest approval shown, not
+    // just its first page: that dropped, at every refresh, what Load more had added. The cursor
+    // after that approval still points just after it (a keyset: created_at, id), so Load more
+    // goes on from there; if it is gone (retention deleted it), what was read stands instead.
+    function readHead() {
+      var anchor = listed.length ? listed[listed.length - 1].approval_id : '';
+      var limit = Math.min(1000, Math.max(DECIDED_PAGE, listed.length));
+      var out = [];
+      function next(from) {
+        return listApprovals(from, limit).then(function (b) {
+          for (var i = 0; i < b.list.length; i++) {
+            out.push(b.list[i]);
+            if (anchor && b.list[i].approval_id === anchor) return { list: out, next: cursor };
+          }
+          if (anchor && b.next && out.length < listed.length + 1000) return next(b.next);
+          return { list: out, next: b.next };
+        });
+      }
+      return next('');
+    }
+
+    // loadDecided redraws the Decided table from the head of the listing and, after a click on
+    // Load more, the page after it. Load more goes through the refresh's loader, so the two
+    // never race and a failed Load more is tried again like a refresh.
+    function loadDecided() {
+      var andMore = wantMore;
+      wantMore = false;
+      return readHead().then(function (head) {
+        if (!andMore || !head.next) return head;
+        return listApprovals(head.next, DECIDED_PAGE).then(function (b) { return { list: head.list.concat(b.list), next: b.next }; });
+      }).then(function (r) {
+        if (stopped) return;
+        listed = r.list;
+        cursor = r.next;
+        drawDecided();
+      }, function (err) {
+        if (andMore) wantMore = true;
+        throw err;
+      });
+    }
+
+    function drawDecided() {
+      var rows = listed.filter(function (a) { return a.status !== 'PENDING'; }).map(function (a) {
+        return el('tr', { dataset: { approvalId: a.approval_id, status: a.status } },
+          td(el('code', { text: a.approval_id })), td(a.tool_name), td(a.args_summary, { class: 'break' }),
+          td(el('span', { class: 'badge ' + AP.statusClass(a.status === 'APPROVED' ? 'DONE' : a.status === 'REJECTED' ? 'FAILED' : 'CANCELLED'), text: a.status })),
+          td(a.decided_by), td(a.reason, { class: 'break' }), timeCell(a.decided_at),
+          td(AP.link('/console/sessions/' + encodeURIComponent(a.session_id), a.session_id, { class: 'mono' })));
+      });
+      decidedCount = rows.length;
+      recentBody.replaceChildren.apply(recentBody, rows.length ? rows : [emptyRow(8, AP.isAdmin() ? 'No approval has been decided yet.' : 'None of your approvals has been decided yet.')]);
+      more.hidden = !cursor;
+    }
+
     more.addEventListener('click', function () {
-      loadDecided(false).catch(function (err) { if (!stopped) AP.toast('Could not load more: ' + err, 'error'); });
+      wantMore = true;
+      loader.now();
     });
     // Polled every 5 s, one refresh at a time; while the server cannot be reached, retried with
     // the backoff of keepLoading, the cards and table as they were last read.

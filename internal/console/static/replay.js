@@ -65,6 +65,8 @@
       el('h1', {}, 'Replay of ', AP.link('/console/sessions/' + encodeURIComponent(id), id, { class: 'mono' })),
       el('div', { class: 'head-actions' }, AP.link('/console/sessions/' + encodeURIComponent(id), 'Live view', { class: 'btn btn-small' }))));
     page.appendChild(errBox);
+    var loadNotes = el('div'); // why the summary or a page of the log cannot be read just now, while it is tried again
+    page.appendChild(loadNotes);
     page.appendChild(el('div', { class: 'replay-controls' }, playBtn, el('span', { class: 'speeds' }, speeds), slider, pos));
     var chatBox = el('div', { class: 'messages', 'data-testid': 'replay-chat' });
     var tlBox = el('div', { class: 'timeline-box' });
@@ -75,7 +77,7 @@
     var st = {
       lastSeq: 0, firstTs: 0, speed: q.get('speed') === 'instant' ? 'instant' : q.get('speed') === '10' ? 10 : 1,
       playing: false, finished: false, started: false, seeking: false,
-      buf: [], bi: 0, next: 0, exhausted: false, fetching: null,
+      buf: [], bi: 0, next: 0, exhausted: false, fetching: null, cancelFetch: null,
       epoch: 0, // bumped each time the replay starts over from the first event
       seekGen: 0, // which seek is the latest: an older one stops where it is
       pos: 0, clock: 0, lastFrame: 0, frame: 0,
@@ -107,6 +109,7 @@
       st.bi = 0;
       st.next = 0;
       st.exhausted = false;
+      if (st.cancelFetch) st.cancelFetch();
       st.fetching = null;
       st.pos = 0;
       st.applied = 0;
@@ -117,35 +120,64 @@
 
     function buffered() { return st.buf.length - st.bi; }
 
+    // keep runs load until it succeeds (AP.keepLoading: a failure that may pass is tried again
+    // after a backoff, 1 s doubling to 15 s, and at once on focus or back online), its note under
+    // the head meanwhile; a final failure shows as the replay's error. Once done, its note goes.
+    // Returns the loader.
+    function keep(load, onFinal) {
+      var loader = AP.keepLoading(function () {
+        return load().then(function () { loader.stop(); loader.note.remove(); });
+      }, {
+        message: function (err) { return 'Could not load the log: ' + err; },
+        onFinal: function (err) {
+          loader.note.remove();
+          if (onFinal) onFinal(err);
+          if (!stopped) fail(err);
+        },
+      });
+      loadNotes.appendChild(loader.note);
+      return loader;
+    }
+
     // fetch reads the next page of the log into the buffer, one request at a time: a caller
-    // arriving while it loads waits for the same page. It resolves true once the page is in,
-    // false if it failed, or if the replay started over (reset) meanwhile: that page is no longer
-    // the next one, and the new start's own request may be loading already. A forward seek does
-    // not start over, so the page it waits for is kept. (Dropping it, as this once did, left the
-    // request marked as loading for ever and the seek spinning on it: the page froze.)
+    // arriving while it loads (or waits to try again) waits for the same page. It resolves true
+    // once the page is in, false if it failed for good, or if the replay started over (reset)
+    // meanwhile: that page is no longer the next one. A forward seek does not start over, so the
+    // page it waits for is kept. (Dropping it, as this once did, left the request marked as
+    // loading for ever and the seek spinning on it: the page froze.) A failure that may pass
+    // (the server restarting) is tried again until the page comes, as on the list pages; it was
+    // final, and the replay dead until a reload.
     function fetch() {
       if (st.exhausted) return Promise.resolve(true);
       if (st.fetching) return st.fetching;
-      var epoch = st.epoch;
-      st.fetching = AP.eventsPage(eventsPath, st.next, AP.PAGE_SIZE).then(function (p) {
-        if (epoch !== st.epoch) return false;
-        st.fetching = null;
-        if (st.bi > 0) { st.buf = st.buf.slice(st.bi); st.bi = 0; }
-        st.buf = st.buf.concat(p.events);
-        st.next = p.next;
-        if (p.events.length < AP.PAGE_SIZE) st.exhausted = true;
-        if (p.events.length && p.events[p.events.length - 1].seq > st.lastSeq) {
-          st.lastSeq = p.events[p.events.length - 1].seq;
-          slider.max = String(st.lastSeq);
-        }
-        return true;
-      }, function (err) {
-        if (epoch !== st.epoch) return false;
-        st.fetching = null;
-        fail(err);
-        return false;
-      });
-      return st.fetching;
+      var settled = false;
+      var resolve;
+      var loader = null;
+      function finish(ok) {
+        if (settled) return;
+        settled = true;
+        if (loader) { loader.stop(); loader.note.remove(); }
+        if (st.fetching === promise) { st.fetching = null; st.cancelFetch = null; }
+        resolve(ok);
+      }
+      var promise = new Promise(function (r) { resolve = r; });
+      st.fetching = promise;
+      st.cancelFetch = function () { finish(false); };
+      loader = keep(function () {
+        return AP.eventsPage(eventsPath, st.next, AP.PAGE_SIZE).then(function (p) {
+          if (settled) return; // the replay started over meanwhile
+          if (st.bi > 0) { st.buf = st.buf.slice(st.bi); st.bi = 0; }
+          st.buf = st.buf.concat(p.events);
+          st.next = p.next;
+          if (p.events.length < AP.PAGE_SIZE) st.exhausted = true;
+          if (p.events.length && p.events[p.events.length - 1].seq > st.lastSeq) {
+            st.lastSeq = p.events[p.events.length - 1].seq;
+            slider.max = String(st.lastSeq);
+          }
+          finish(true);
+        });
+      }, function () { finish(false); });
+      return promise;
     }
 
     function apply(e) {
@@ -191,7 +223,8 @@
       if (!st.playing || stopped) return;
       var dt = st.lastFrame ? now - st.lastFrame : 0;
       st.lastFrame = now;
-      if (st.speed !== 'instant') st.clock += dt * st.speed;
+      // Waiting for a page (it may be tried again for a while), the replay's clock stands still.
+      if (st.speed !== 'instant' && buffered() > 0) st.clock += dt * st.speed;
       var t0 = root.performance.now();
       var applied = 0;
       while (buffered() > 0 && root.performance.now() - t0 < FRAME_BUDGET_MS) {
@@ -246,8 +279,8 @@
 
     // seek moves to just after seq target: backwards starts over from the first event; either
     // way the events up to target are applied at once, a frame's budget at a time. A later seek
-    // takes over from this one wherever it is; a page that cannot be read ends it there (the
-    // error shows), without asking again.
+    // takes over from this one wherever it is; a page that cannot be read just now is waited for
+    // (tried again on the backoff); one that cannot be read at all ends it there (the error shows).
     function seek(target, thenPlay) {
       var mine = ++st.seekGen;
       st.resume = !!(thenPlay || st.playing || st.resume);
@@ -306,13 +339,15 @@
     slider.addEventListener('change', function () { seek(Number(slider.value), false); });
 
     reset();
-    AP.sessionSummary(id).then(function (s) {
-      if (stopped) return;
-      if (!s) { fail(new AP.APIError(404, 'session_not_found', 'no such session')); return; }
-      st.lastSeq = Math.max(st.lastSeq, s.last_seq);
-      slider.max = String(st.lastSeq);
-      showControls();
-    }, fail);
+    var summaryLoader = keep(function () {
+      return AP.sessionSummary(id).then(function (s) {
+        if (stopped) return;
+        if (!s) throw new AP.APIError(404, 'session_not_found', 'no such session');
+        st.lastSeq = Math.max(st.lastSeq, s.last_seq);
+        slider.max = String(st.lastSeq);
+        showControls();
+      });
+    });
     fetch().then(function () {
       if (stopped || error) return;
       if (st.buf.length) st.firstTs = st.buf[0].ts;
@@ -323,7 +358,7 @@
     AP.pageState = function () {
       return {
         sessionId: id, pos: st.pos, lastSeq: st.lastSeq, playing: st.playing, finished: st.finished, started: st.started, seeking: st.seeking,
-        speed: String(st.speed), buffered: buffered(), applied: st.applied, error: error ? error.code : '',
+        speed: String(st.speed), buffered: buffered(), applied: st.applied, error: error ? error.code : '', fetching: !!st.fetching,
         chat: chat ? chat.snapshot() : null,
         timeline: model ? { rows: model.rows.length, lastSeq: model.lastSeq, events: model.events, counts: model.summary().counts } : null,
       };
@@ -332,6 +367,8 @@
     return function () {
       stopped = true;
       st.playing = false;
+      summaryLoader.stop();
+      if (st.cancelFetch) st.cancelFetch();
       if (st.frame) root.cancelAnimationFrame(st.frame);
       if (tview) tview.destroy();
     };

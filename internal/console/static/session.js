@@ -62,15 +62,17 @@
     var meta = el('p', { class: 'muted session-meta', 'data-testid': 'session-meta' });
     var runsBox = el('div', { class: 'runs-box' }, el('p', { class: 'muted', text: 'loading runs…' }));
     var errBox = el('div', { class: 'error-box', role: 'alert', hidden: true });
-    var jump = el('button', { type: 'button', class: 'btn btn-small', text: 'Jump to latest', title: 'Load the end of the log and follow it live' });
+    var jump = el('button', { type: 'button', class: 'btn btn-small', text: 'Jump to latest', title: 'Load the end of the log and follow it live', 'data-testid': 'jump-latest' });
     page.appendChild(el('div', { class: 'page-head' },
       el('h1', {}, 'Session ', el('code', { 'data-testid': 'session-id', text: id })),
       el('div', { class: 'head-actions' }, live, jump,
         AP.link('/console/sessions/' + encodeURIComponent(id) + '/replay', 'Replay', { class: 'btn btn-small btn-primary', 'data-testid': 'replay-link' }))));
     var loadNote = el('div'); // why the log cannot be read just now, while it is tried again
+    var jumpNote = el('div'); // why Jump to latest cannot read where the log ends, likewise
     page.appendChild(meta);
     page.appendChild(errBox);
     page.appendChild(loadNote);
+    page.appendChild(jumpNote);
     page.appendChild(el('details', { class: 'runs-panel', open: true }, el('summary', { text: 'Run tree' }), runsBox));
     if (runFilter) {
       page.appendChild(el('p', { class: 'filter-note' }, 'Showing run ', el('code', { text: runFilter }), ' only (not followed live). ',
@@ -79,7 +81,7 @@
     var tlBox = el('div', { class: 'timeline-box' });
     page.appendChild(tlBox);
 
-    var model, tview, cursor, loading, atEnd, follower, pager = null, stopped = false, error = null, liveState = 'loading';
+    var model, tview, cursor, loading, atEnd, follower, pager = null, jumper = null, stopped = false, error = null, liveState = 'loading';
     var apiRuns = [];
     // What the summary line says: the session's row, then what the events read since add to it,
     // so it keeps up with the timeline while the session is live.
@@ -241,10 +243,34 @@
       summary = { user_id: s.user_id, created_at: s.created_at, last_seq: s.last_seq || 0, last_event_at: s.last_event_at || 0, agents: (s.agents || []).slice() };
       showSummary();
       noteModel(); // what was read before the row came counts too
-      jump.onclick = function () {
-        AP.sessionSummary(id).then(function (s2) { start(Math.max(0, ((s2 && s2.last_seq) || 0) - 200)); });
-      };
     }
+
+    // jumpToLatest reads where the log ends now and starts over 200 events before it. The read is
+    // tried again while the server cannot be reached, its note saying so (a failure was silent:
+    // the button did nothing); a click meanwhile tries at once rather than asking twice.
+    function jumpToLatest() {
+      if (jumper && jumper.busy) { jumper.loader.now(); return; }
+      if (jumper) { jumper.loader.stop(); jumper.loader.note.remove(); }
+      var mine = jumper = { busy: true, loader: null };
+      function done() {
+        mine.busy = false;
+        mine.loader.stop();
+      }
+      mine.loader = AP.keepLoading(function () {
+        return AP.sessionSummary(id).then(function (s2) {
+          if (stopped || mine !== jumper) return;
+          if (!s2) throw new AP.APIError(404, 'session_not_found', 'no such session');
+          done();
+          mine.loader.note.remove();
+          start(Math.max(0, (s2.last_seq || 0) - 200));
+        });
+      }, {
+        message: function (err) { return 'Could not jump to the latest events: ' + err; },
+        onFinal: function () { if (mine === jumper) done(); }, // the note stays, saying why
+      });
+      jumpNote.replaceChildren(mine.loader.note);
+    }
+    jump.addEventListener('click', jumpToLatest);
     start(0);
 
     AP.pageState = function () {
@@ -263,6 +289,7 @@
       summaryLoader.stop();
       runsLoader.stop();
       if (pager) pager.stop();
+      if (jumper) jumper.loader.stop();
       if (follower) follower.stop();
       if (tview) tview.destroy();
       if (runsTimer) root.clearTimeout(runsTimer);
