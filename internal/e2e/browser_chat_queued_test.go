@@ -29,7 +29,7 @@ func TestBrowserChatFirstMessageQueued(t *testing.T) {
 
 	p.sendByClick("wait your turn")
 	p.waitFor("the first message's run is shown queued in its session", `window.agentplaneChat.state().sessionId &&
-		window.agentplaneChat.state().messages.length === 2 && `+lastAssistantJS+`.detail === 'queued'`)
+		window.agentplaneChat.state().messages.length === 2 && `+lastAssistantJS+`.detail === 'queued — next in line'`)
 	st := p.state()
 	sid := st.SessionID
 	if got := aliceSessions(t, s); len(got) != 1 || got[0] != sid {
@@ -55,6 +55,7 @@ func TestBrowserChatFirstMessageQueued(t *testing.T) {
 	if c := p.controls(); c.CancelDisabled || !c.SendDisabled {
 		t.Fatalf("controls while queued: %+v", c)
 	}
+	assertHeaderQueued(t, p)
 	p.do("click Cancel", chromedp.Click(chromedp.ID("cancel-button")))
 	p.waitAssistantStatus("cancelled")
 	if status := runStatus(t, s, st.ActiveRunID); status != "CANCELLED" {
@@ -65,7 +66,7 @@ func TestBrowserChatFirstMessageQueued(t *testing.T) {
 	// In the session now open, the next message is queued too: its QUEUED confirms it (not
 	// "sending…"), and cancelled while queued it frees the message box, no reload needed.
 	p.sendByClick("still waiting")
-	p.waitFor("the second message's run is shown queued", `window.agentplaneChat.state().messages.length === 4 && `+lastAssistantJS+`.detail === 'queued'`)
+	p.waitFor("the second message's run is shown queued", `window.agentplaneChat.state().messages.length === 4 && `+lastAssistantJS+`.detail === 'queued — next in line'`)
 	st = p.state()
 	if st.Messages[2].Text != "still waiting" || st.Messages[2].Status != "sent" || st.ActiveRunID == "" {
 		t.Fatalf("the page shows %+v", st)
@@ -73,8 +74,12 @@ func TestBrowserChatFirstMessageQueued(t *testing.T) {
 	if c := p.controls(); c.CancelDisabled || !c.SendDisabled {
 		t.Fatalf("controls while queued: %+v", c)
 	}
+	assertHeaderQueued(t, p)
 	p.do("click Cancel", chromedp.Click(chromedp.ID("cancel-button")))
 	p.waitAssistantStatus("cancelled")
+	if h := evalIn[bool](p, `document.getElementById('run-status').hidden`); !h {
+		t.Fatal("the header still shows a run status after the queued run was cancelled")
+	}
 	if c := p.controls(); c.InputDisabled || c.SendDisabled {
 		t.Fatalf("controls after the queued run was cancelled: %+v", c)
 	}
@@ -89,5 +94,15 @@ func TestBrowserChatFirstMessageQueued(t *testing.T) {
 	p.waitFor("the reply", `window.agentplaneChat.state().messages.length === 6 && `+lastAssistantJS+`.status === 'done'`)
 	if got := p.state().SessionID; got != sid {
 		t.Fatalf("the next message went to session %s, want %s", got, sid)
+	}
+}
+
+// assertHeaderQueued: the header says the run waits for a slot, and where in line (the only
+// one queued: next), not "running…" (the agent has not been invoked).
+func assertHeaderQueued(t *testing.T, p *chatPage) {
+	t.Helper()
+	got := evalIn[[]string](p, `(() => { const e = document.getElementById('run-status'); return [String(e.hidden), e.textContent, e.dataset.phase]; })()`)
+	if want := []string{"false", "queued — next in line", "queued"}; strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("the header's run status while queued is %q, want %q", got, want)
 	}
 }

@@ -46,9 +46,11 @@
   var TERMINAL_STATES = { DONE: 'done', FAILED: 'failed', CANCELLED: 'cancelled' };
 
   // What the run-status line says while a run is in one of the platform's own states
-  // (DESIGN.md §8). WAITING_APPROVAL is the seed protocol's spelling of the same pause.
+  // (DESIGN.md §8). WAITING_APPROVAL is the seed protocol's spelling of the same pause. QUEUED
+  // is a root run waiting under the global run cap (docs/API.md, run caps): not running yet,
+  // but the session's run all the same, and cancellable.
   var RUN_PHASES = {
-    RUNNING: 'running',
+    QUEUED: 'queued', RUNNING: 'running',
     PAUSED_WAITING_APPROVAL: 'waiting_approval', WAITING_APPROVAL: 'waiting_approval',
     PAUSED_WAITING_TOOL: 'waiting_tool',
   };
@@ -192,7 +194,7 @@
   //                controls({canSend, canCancel, canNewSession, busy, runPhase, runStatus, asking})
   //                  asking: the question the agent asked (input_required) that the next
   //                  message answers, or ''; send(text, {newIntention: true}) starts a new topic
-  //                  runPhase: running|waiting_approval|waiting_tool|'' for the active run
+  //                  runPhase: queued|running|waiting_approval|waiting_tool|'' for the active run
   //                session(sessionId)        the session changed (persist it)
   //                newSessionPending(p) / newSessionSettled(p)   a new session's first message
   //                  {requestId, user, agent, sentAt} was sent / was answered or given up:
@@ -573,6 +575,13 @@
       // Something of this run came first (ensureRun made its bubble): the user's message that
       // started it still belongs above everything of the run.
       if (!run.user && !run.parentRunId && !msg.parent_run_id) run.user = this.runUser(msg, run);
+      // A queued run's run_started is its admission (the RUNNING before it says so too; this
+      // holds should that one be missed): it is no longer waiting for a slot.
+      if (run.phase === 'queued' && run.assistant.status === 'running') {
+        run.phase = 'running';
+        run.phaseText = this.phaseText('running', null);
+        this.setItem(run.assistant, { statusText: run.cancelling ? 'cancelling…' : run.phaseText });
+      }
       return;
     }
     var user = msg.parent_run_id ? null : this.runUser(msg, null);
@@ -691,6 +700,7 @@
 
   // phaseText is what the status lines say while the run is in phase.
   Chat.prototype.phaseText = function (phase, detail) {
+    if (phase === 'queued') return queuedText(detail && detail.position);
     if (phase === 'waiting_approval') return 'waiting for your approval';
     if (phase === 'waiting_tool') {
       var name = detail && typeof detail.tool_name === 'string' ? detail.tool_name : '';
@@ -700,6 +710,16 @@
     }
     return 'running…';
   };
+
+  // queuedText says where a queued run stands: position 1 is the next to be admitted. The
+  // server tells the position only to the first 100 in line; without one it is just queued.
+  function queuedText(position) {
+    if (typeof position !== 'number' || !isFinite(position) || position < 1 || position % 1 !== 0) return 'queued';
+    if (position === 1) return 'queued — next in line';
+    var tens = position % 100;
+    var suffix = tens >= 11 && tens <= 13 ? 'th' : ({ 1: 'st', 2: 'nd', 3: 'rd' })[position % 10] || 'th';
+    return 'queued — ' + position + suffix + ' in line';
+  }
 
   // settleCards applies what a platform state event says about the tool call it names
   // (DESIGN.md §4): detail.outcome is the call's state then. Past WAITING_APPROVAL the approval

@@ -1235,7 +1235,7 @@ const tests = {
     // The global cap queues the run: its first QUEUED names the invoke; no run_started comes.
     s.push(ev(4, 'state', { run_id: 'run2', request_id: rid, state: 'QUEUED', detail: { position: 3 }, source: 'platform' }));
     assert.deepEqual(h.msgs().slice(2), [['user', 'hi', 'sent'], ['assistant', '', 'running']], 'confirmed, not "sending…"');
-    assert.equal(h.chat.snapshot().messages[3].detail, 'queued');
+    assert.equal(h.chat.snapshot().messages[3].detail, 'queued — 3rd in line');
     assert.equal(h.chat.snapshot().activeRunId, 'run2');
     assert.equal(h.events.controls.canCancel, true);
     assert.equal(h.events.controls.canSend, false);
@@ -1267,7 +1267,7 @@ const tests = {
     assert.deepEqual(h.events.pendingNew.map((x) => x[0]), ['pending', 'settled']);
     assert.deepEqual(api.paths(), [], 'nothing looked up over HTTP');
     assert.deepEqual(h.msgs(), [['user', 'hi', 'sent'], ['assistant', '', 'running']]);
-    assert.equal(h.chat.snapshot().messages[1].detail, 'queued');
+    assert.equal(h.chat.snapshot().messages[1].detail, 'queued — 2nd in line');
     assert.equal(h.chat.snapshot().activeRunId, 'run1');
     assert.equal(h.events.controls.canCancel, true);
     assert.equal(h.events.controls.canSend, false);
@@ -1280,6 +1280,63 @@ const tests = {
     s.push(ev(7, 'state', { state: 'CANCELLED', detail: { reason: 'user', by: 'demo' }, source: 'platform' }));
     assert.deepEqual(h.msgs(), [['user', 'hi', 'sent'], ['assistant', '', 'cancelled']]);
     assert.equal(h.events.controls.canSend, true, 'a queued run cancelled never starts: the input is free');
+  },
+
+  'a queued run: the header says queued and where in line, Cancel is offered, until it is admitted'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    h.chat.send('hi');
+    const rid = s.last().request_id;
+    s.push(ev(2, 'state', { run_id: 'run1', request_id: rid, state: 'QUEUED', detail: { position: 2 }, source: 'platform' }));
+    const c = () => [h.events.controls.runPhase, h.events.controls.runStatus, h.events.controls.canCancel];
+    assert.deepEqual(c(), ['queued', 'queued — 2nd in line', true], 'not "running…" while it waits for a slot');
+    assert.equal(h.chat.snapshot().runPhase, 'queued');
+    // It moves up the queue: the later QUEUED names no request_id.
+    s.push(ev(3, 'state', { run_id: 'run1', state: 'QUEUED', detail: { position: 1 }, source: 'platform' }));
+    assert.deepEqual(c(), ['queued', 'queued — next in line', true]);
+    assert.equal(h.chat.snapshot().messages[1].detail, 'queued — next in line');
+    // Admitted: RUNNING (with queued_ms), then run_started.
+    s.push(ev(4, 'state', { run_id: 'run1', state: 'RUNNING', detail: { queued_ms: 900 }, source: 'platform' }));
+    assert.deepEqual(c(), ['running', 'running…', true]);
+    s.push(ev(5, 'run_started', { run_id: 'run1', request_id: rid, message: { role: 'user', content: 'hi' }, queued_ms: 900 }));
+    assert.deepEqual(c(), ['running', 'running…', true]);
+    assert.deepEqual(h.msgs(), [['user', 'hi', 'sent'], ['assistant', '', 'running']]);
+    s.push(ev(6, 'done', {}));
+    assert.deepEqual(c(), ['', '', false]);
+  },
+
+  'a queued run: far down the line, or with no position, and cancelled while it waits'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    h.chat.send('hi');
+    const rid = s.last().request_id;
+    const c = () => [h.events.controls.runPhase, h.events.controls.runStatus, h.events.controls.canCancel];
+    s.push(ev(2, 'state', { run_id: 'run1', request_id: rid, state: 'QUEUED', detail: { position: 113 }, source: 'platform' }));
+    assert.deepEqual(c(), ['queued', 'queued — 113th in line', true]);
+    s.push(ev(3, 'state', { run_id: 'run1', state: 'QUEUED', detail: { position: 21 }, source: 'platform' }));
+    assert.deepEqual(c(), ['queued', 'queued — 21st in line', true]);
+    s.push(ev(4, 'state', { run_id: 'run1', state: 'QUEUED', detail: {}, source: 'platform' }));
+    assert.deepEqual(c(), ['queued', 'queued', true]);
+    assert.equal(h.chat.cancel(), true);
+    assert.deepEqual(c(), ['queued', 'cancelling…', false]);
+    // A position told while the cancel is under way does not hide it.
+    s.push(ev(5, 'state', { run_id: 'run1', state: 'QUEUED', detail: { position: 3 }, source: 'platform' }));
+    assert.deepEqual(c(), ['queued', 'cancelling…', false]);
+    assert.equal(h.chat.snapshot().messages[1].detail, 'cancelling…');
+    s.push(ev(6, 'state', { run_id: 'run1', state: 'CANCELLED', detail: { reason: 'user', by: 'demo' }, source: 'platform' }));
+    assert.deepEqual(c(), ['', '', false]);
+    assert.equal(h.chat.snapshot().runPhase, '');
+  },
+
+  'a queued run whose RUNNING was not seen: its run_started admits it all the same'() {
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    h.chat.send('hi');
+    const rid = s.last().request_id;
+    s.push(ev(2, 'state', { run_id: 'run1', request_id: rid, state: 'QUEUED', detail: { position: 1 }, source: 'platform' }));
+    s.push(ev(4, 'run_started', { run_id: 'run1', request_id: rid, message: { role: 'user', content: 'hi' } }));
+    assert.deepEqual([h.events.controls.runPhase, h.events.controls.runStatus], ['running', 'running…']);
+    assert.equal(h.chat.snapshot().messages[1].detail, 'running…');
   },
 
   'a new session\'s first run queued, then admitted: one message, one reply'() {
