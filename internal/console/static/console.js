@@ -126,29 +126,46 @@
   }
 
   // api calls the HTTP API with the key and returns the decoded JSON. A 401 sends the console
-  // back to the login form.
+  // back to the login form. A call with no whole answer within AP.apiTimeoutMs (30 s; a test may
+  // set it lower) is aborted and fails as an unreachable server does (status 0), so keepLoading
+  // tries again: a server that takes the connection but never answers must not leave a page
+  // waiting for ever. (The follow stream does not come through here: it is long-lived.)
   function api(path, opts) {
     opts = opts || {};
     var headers = { Accept: 'application/json' };
     var key = opts.key || (auth && auth.key);
     if (key) headers.Authorization = 'Bearer ' + key;
-    var init = { method: opts.method || 'GET', headers: headers, cache: 'no-store' };
+    var ctl = new AbortController();
+    var timedOut = false;
+    var ms = AP.apiTimeoutMs;
+    var timer = root.setTimeout(function () { timedOut = true; ctl.abort(); }, ms);
+    if (opts.signal) { // the caller's own abort still works
+      if (opts.signal.aborted) ctl.abort();
+      else opts.signal.addEventListener('abort', function () { ctl.abort(); });
+    }
+    var init = { method: opts.method || 'GET', headers: headers, cache: 'no-store', signal: ctl.signal };
     if (opts.body !== undefined) {
       headers['Content-Type'] = 'application/json';
       init.body = JSON.stringify(opts.body);
     }
-    if (opts.signal) init.signal = opts.signal;
-    return root.fetch(path, init).catch(function (err) { throw unreachable(err); }).then(function (res) {
-      return res.text().then(function (text) {
-        var body = null;
-        try { body = text ? JSON.parse(text) : null; } catch (e) { body = null; }
-        if (!res.ok) {
-          var err = body && body.error ? new APIError(res.status, body.error.code, body.error.message) : new APIError(res.status, '', text.slice(0, 200));
-          if (res.status === 401 && !opts.key && AP.onUnauthorized) AP.onUnauthorized();
-          throw err;
-        }
-        return body;
-      });
+    // The timer covers the body too: an answer whose body never ends is no answer.
+    return root.fetch(path, init).then(function (res) {
+      return res.text().then(function (text) { return { res: res, text: text }; });
+    }).then(function (got) {
+      root.clearTimeout(timer);
+      var body = null;
+      try { body = got.text ? JSON.parse(got.text) : null; } catch (e) { body = null; }
+      if (!got.res.ok) {
+        var status = got.res.status;
+        var err = body && body.error ? new APIError(status, body.error.code, body.error.message) : new APIError(status, '', got.text.slice(0, 200));
+        if (status === 401 && !opts.key && AP.onUnauthorized) AP.onUnauthorized();
+        throw err;
+      }
+      return body;
+    }, function (err) {
+      root.clearTimeout(timer);
+      if (timedOut) throw new APIError(0, 'timeout', 'the server did not answer within ' + Math.round(ms / 1000) + ' s');
+      throw unreachable(err);
     });
   }
 
@@ -559,6 +576,7 @@
     api: api, query: query, login: login, follow: follow, keepLoading: keepLoading, onPageLife: onPageLife, unreachable: unreachable,
     eventsPage: eventsPage, sessionSummary: sessionSummary,
     allPages: allPages, APIError: APIError, PAGE_SIZE: PAGE_SIZE,
+    apiTimeoutMs: 30000, // read by api on every call
     auth: function () { return auth; }, setAuth: setAuth, isAdmin: isAdmin,
     route: route, navigate: navigate, render: render, setQuery: setQuery, toast: toast,
     page: '', pageState: null,
