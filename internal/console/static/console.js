@@ -245,8 +245,8 @@
   //
   // The failure shows in the returned note (an .error-box, hidden while all is well), with when
   // the next try is and a button to try at once; opts.message(err) words it (default 'Could not
-  // load: …'). opts.onError(err) hears every failure, opts.onFinal(err) a final one. Returns
-  // {note, now, stop}.
+  // load: …'). opts.onError(err) hears every failure, opts.onFinal(err) a final one. Without
+  // opts.every a loader stops by itself after its first success. Returns {note, now, stop}.
   function keepLoading(load, opts) {
     opts = opts || {};
     var message = opts.message || function (err) { return err.status === 404 ? 'Not found.' : 'Could not load: ' + err; };
@@ -292,7 +292,8 @@
         note.hidden = true;
         note.dataset.state = 'ok';
         if (again) run();
-        else if (opts.every && !hidden) timer = root.setTimeout(run, opts.every);
+        else if (opts.every) { if (!hidden) timer = root.setTimeout(run, opts.every); }
+        else detach(); // loaded once, nothing left to wait for: its window listeners go
       }, function (err) {
         busy = false;
         if (stopped) return;
@@ -335,18 +336,19 @@
       hidden = false;
       if (failing || opts.every) run();
     });
+    function detach() {
+      stopped = true;
+      clearTimers();
+      offPageLife();
+      root.removeEventListener('focus', wake);
+      root.removeEventListener('online', wake);
+    }
     run();
     return {
       note: note,
       // now loads again at once (after the load under way, if any): a page's own refresh.
       now: run,
-      stop: function () {
-        stopped = true;
-        clearTimers();
-        offPageLife();
-        root.removeEventListener('focus', wake);
-        root.removeEventListener('online', wake);
-      },
+      stop: detach,
     };
   }
 

@@ -78,7 +78,6 @@
       lastSeq: 0, firstTs: 0, speed: q.get('speed') === 'instant' ? 'instant' : q.get('speed') === '10' ? 10 : 1,
       playing: false, finished: false, started: false, seeking: false,
       buf: [], bi: 0, next: 0, exhausted: false, fetching: null, cancelFetch: null,
-      epoch: 0, // bumped each time the replay starts over from the first event
       seekGen: 0, // which seek is the latest: an older one stops where it is
       pos: 0, clock: 0, lastFrame: 0, frame: 0,
       resume: false, // play again once the seek under way lands (it was playing, or asked to)
@@ -104,7 +103,6 @@
         setTimeout: function () { return 0; }, clearTimeout: function () {},
         WebSocket: function () { throw new Error('a replay has no connection'); },
       });
-      st.epoch++;
       st.buf = [];
       st.bi = 0;
       st.next = 0;
@@ -122,14 +120,15 @@
 
     // keep runs load until it succeeds (AP.keepLoading: a failure that may pass is tried again
     // after a backoff, 1 s doubling to 15 s, and at once on focus or back online), its note under
-    // the head meanwhile; a final failure shows as the replay's error. Once done, its note goes.
-    // Returns the loader.
+    // the head meanwhile; a final failure shows as the replay's error. Once done, its note goes
+    // (the loader stops by itself). Returns the loader.
     function keep(load, onFinal) {
       var loader = AP.keepLoading(function () {
-        return load().then(function () { loader.stop(); loader.note.remove(); });
+        return load().then(function () { loader.note.remove(); });
       }, {
         message: function (err) { return 'Could not load the log: ' + err; },
         onFinal: function (err) {
+          loader.stop();
           loader.note.remove();
           if (onFinal) onFinal(err);
           if (!stopped) fail(err);
@@ -156,13 +155,13 @@
       function finish(ok) {
         if (settled) return;
         settled = true;
-        if (loader) { loader.stop(); loader.note.remove(); }
         if (st.fetching === promise) { st.fetching = null; st.cancelFetch = null; }
         resolve(ok);
       }
       var promise = new Promise(function (r) { resolve = r; });
       st.fetching = promise;
-      st.cancelFetch = function () { finish(false); };
+      // Starting over: the page's loader, perhaps waiting to try again, is done with.
+      st.cancelFetch = function () { loader.stop(); loader.note.remove(); finish(false); };
       loader = keep(function () {
         return AP.eventsPage(eventsPath, st.next, AP.PAGE_SIZE).then(function (p) {
           if (settled) return; // the replay started over meanwhile
