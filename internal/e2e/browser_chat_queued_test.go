@@ -17,7 +17,8 @@ import (
 // TestBrowserChatFirstMessageQueued holds the server's only run slot (max_active_runs: 1) with
 // bob's run, then sends the first message of a new chat: the page opens the session while the
 // run waits, shows it queued and lets it be cancelled (it never starts); the conversation then
-// goes on in that session once the slot is free.
+// goes on in that session once the slot is free, and a reload shows every message, the
+// cancelled ones' too.
 func TestBrowserChatFirstMessageQueued(t *testing.T) {
 	browser := newBrowser(t)
 	s := startServerEnv(t, "sqlite:"+filepath.Join(t.TempDir(), "a.db"), writeConfig(t, "limits: {max_active_runs: 1}\n"))
@@ -94,6 +95,19 @@ func TestBrowserChatFirstMessageQueued(t *testing.T) {
 	p.waitFor("the reply", `window.agentplaneChat.state().messages.length === 6 && `+lastAssistantJS+`.status === 'done'`)
 	if got := p.state().SessionID; got != sid {
 		t.Fatalf("the next message went to session %s, want %s", got, sid)
+	}
+
+	// Reloaded, the session shows each message above its reply: the two cancelled while
+	// queued never had a run_started, and their text comes from their first QUEUED.
+	p.do("reload", chromedp.Reload())
+	p.waitConnected()
+	p.waitFor("the conversation is rebuilt", `window.agentplaneChat.state().messages.length === 6 && `+lastAssistantJS+`.status === 'done'`)
+	var got []string
+	for _, m := range p.state().Messages {
+		got = append(got, m.Role+":"+m.Status+":"+m.Text)
+	}
+	if want := []string{"user:sent:wait your turn", "assistant:cancelled:", "user:sent:still waiting", "assistant:cancelled:", "user:sent:now"}; strings.Join(got[:5], "|") != strings.Join(want, "|") || !strings.HasPrefix(got[5], "assistant:done:") {
+		t.Fatalf("after the reload the page shows %q", got)
 	}
 }
 

@@ -116,18 +116,23 @@ func queuedEvents(run *store.Run, requestID string, msg json.RawMessage, tracepa
 	return []store.EventParams{
 		{SessionID: run.SessionID, RunID: run.RunID, TS: now, Type: eventlog.TypeUserInput, Payload: json.RawMessage(`{"message":` + string(msg) + `}`)},
 		{SessionID: run.SessionID, RunID: run.RunID, TS: now, Type: eventlog.TypeRunQueued, Payload: queued},
-		queuedState(run, requestID, position, now),
+		queuedState(run, requestID, msg, position, now),
 	}
 }
 
 // queuedState is a queued run's state QUEUED {position}. The first, written as the run is
-// queued, names the invoke's request_id (as run_started does): it is the invoke's answer until
-// the run is admitted, or the only one if it is cancelled while it waits. Later positions
-// (requestID "") do not.
-func queuedState(run *store.Run, requestID string, position int, now int64) store.EventParams {
+// queued (msg set), names the invoke's request_id and carries its message, as run_started
+// does: it is the invoke's answer until the run is admitted, or the only one if it is
+// cancelled while it waits — and the only event a client is sent that holds the user's
+// message then, so a session reloaded or replayed shows it above the run. Later positions
+// (msg nil) carry neither.
+func queuedState(run *store.Run, requestID string, msg json.RawMessage, position int, now int64) store.EventParams {
 	p := map[string]any{"state": store.RunQueued, "detail": map[string]any{"position": position}, "source": eventlog.StateSourcePlatform}
 	if requestID != "" {
 		p["request_id"] = requestID
+	}
+	if msg != nil {
+		p["message"] = msg
 	}
 	b, _ := json.Marshal(p)
 	return store.EventParams{SessionID: run.SessionID, RunID: run.RunID, TS: now, Type: eventlog.TypeState, Payload: b}
@@ -362,7 +367,7 @@ func (m *Manager) tellPositions(ctx context.Context) error {
 				if err != nil || !ok {
 					return nil, err
 				}
-				return []store.EventParams{queuedState(&store.Run{RunID: q.RunID, SessionID: q.SessionID}, "", want, now)}, nil
+				return []store.EventParams{queuedState(&store.Run{RunID: q.RunID, SessionID: q.SessionID}, "", nil, want, now)}, nil
 			})
 			if err != nil {
 				errs <- err

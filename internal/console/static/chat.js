@@ -667,8 +667,9 @@
     var run = this.ensureRun(msg);
     // A run queued under the global cap answers its invoke with QUEUED, its run_started coming
     // only when it is admitted (never, if it is cancelled while it waits): the first QUEUED
-    // names the invoke's request_id, and confirms this page's message as run_started would.
-    if (isQueuedState(msg) && msg.request_id && !run.user) run.user = this.runUser(msg, run);
+    // names the invoke's request_id and carries its message, and confirms this page's message
+    // — or, on a reload or in another tab, shows it — as run_started would.
+    if (isQueuedState(msg) && (msg.request_id || msg.message) && !run.user) run.user = this.runUser(msg, run);
     // An agent's own state (source "agent") is never the run's, whatever its name (docs/API.md).
     var state = msg.source === 'agent' ? '' : String(msg.state || '');
     var detail = msg.detail && typeof msg.detail === 'object' && !Array.isArray(msg.detail) ? msg.detail : null;

@@ -1282,6 +1282,29 @@ const tests = {
     assert.equal(h.events.controls.canSend, true, 'a queued run cancelled never starts: the input is free');
   },
 
+  'a session reloaded after its run was cancelled while queued: the first QUEUED shows its message above the reply'() {
+    // No run_started ever came: the first QUEUED is the only event a client gets that holds
+    // the message (its request_id was another page's, or this page's before the reload).
+    const h = harness({ sessionId: 's1' });
+    const s = h.connect();
+    s.push(ev(2, 'run_started', { run_id: 'run1', request_id: 'r-old', message: { role: 'user', content: 'before' } }));
+    s.push(ev(3, 'done', { run_id: 'run1' }));
+    s.push(ev(4, 'state', { run_id: 'run2', request_id: 'r-gone', message: { role: 'user', content: 'queued one' }, state: 'QUEUED', detail: { position: 2 }, source: 'platform' }));
+    s.push(ev(5, 'state', { run_id: 'run2', state: 'QUEUED', detail: { position: 1 }, source: 'platform' }));
+    s.push(ev(6, 'state', { run_id: 'run2', state: 'CANCELLED', detail: { reason: 'user', by: 'demo' }, source: 'platform' }));
+    assert.deepEqual(h.msgs(), [['user', 'before', 'sent'], ['assistant', '', 'done'], ['user', 'queued one', 'sent'], ['assistant', '', 'cancelled']]);
+    // Admitted instead, its run_started repeats the message: shown once.
+    s.push(ev(7, 'state', { run_id: 'run3', message: { role: 'user', content: 'waited' }, state: 'QUEUED', detail: { position: 1 }, source: 'platform' }));
+    s.push(ev(8, 'state', { run_id: 'run3', state: 'RUNNING', detail: { queued_ms: 40 }, source: 'platform' }));
+    s.push(ev(9, 'run_started', { run_id: 'run3', message: { role: 'user', content: 'waited' }, queued_ms: 40 }));
+    s.push(ev(10, 'done', { run_id: 'run3' }));
+    assert.deepEqual(h.msgs().slice(4), [['user', 'waited', 'sent'], ['assistant', '', 'done']]);
+    // An invoke sent without a request_id: its first QUEUED carries the message all the same.
+    s.push(ev(11, 'state', { run_id: 'run4', message: { role: 'user', content: 'no id' }, state: 'QUEUED', detail: { position: 1 }, source: 'platform' }));
+    s.push(ev(12, 'state', { run_id: 'run4', state: 'CANCELLED', detail: { reason: 'user', by: 'demo' }, source: 'platform' }));
+    assert.deepEqual(h.msgs().slice(6), [['user', 'no id', 'sent'], ['assistant', '', 'cancelled']]);
+  },
+
   'a queued run: the header says queued and where in line, Cancel is offered, until it is admitted'() {
     const h = harness({ sessionId: 's1' });
     const s = h.connect();
