@@ -276,3 +276,40 @@ func TestBrowserChatLeftBeforeTheFirstAnswer(t *testing.T) {
 	assertConversationResumed(t, p, sid2, msg2, reply2)
 	p.waitLastSeq(s, sid2)
 }
+
+// TestBrowserChatMessageThatNeverReachedTheServer: an earlier load of the page sent the first
+// message of a new session and kept it (as the page does until the answer comes), but the
+// server never got it. Reloaded after the server could have committed it, the page looks for
+// the session, finds none, and shows the message as not sent — its text back in the message
+// box, to send again — instead of a toast with the words lost.
+func TestBrowserChatMessageThatNeverReachedTheServer(t *testing.T) {
+	browser := newBrowser(t)
+	s := startServer(t, "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
+	goAgent(t, s, "echo")
+	p := openChat(t, browser, s.URL, "echo")
+	evalIn[bool](p, `(localStorage.setItem('agentplane.chat.pendingNewSession:alice:echo',
+		JSON.stringify({requestId: 'r-never-arrived', user: 'alice', agent: 'echo', sentAt: Date.now() - 25000, text: 'words worth keeping'})), true)`)
+	p.do("reload", chromedp.Reload())
+	p.waitConnected()
+	p.waitFor("the message shown as not sent", `window.agentplaneChat.state().messages.length === 1 && window.agentplaneChat.state().messages[0].status === 'failed'`)
+	st := p.state()
+	if m := st.Messages[0]; m.Role != "user" || m.Text != "words worth keeping" || !strings.Contains(m.Detail, "never reached the server") {
+		t.Fatalf("the page shows %+v", st.Messages)
+	}
+	if c := p.controls(); c.InputValue != "words worth keeping" || c.SendDisabled || c.InputDisabled {
+		t.Fatalf("the message box after the lost message: %+v", c)
+	}
+	if left := evalIn[bool](p, `localStorage.getItem('agentplane.chat.pendingNewSession:alice:echo') !== null`); left {
+		t.Fatal("the lost message is still kept as unanswered")
+	}
+	if got := aliceSessions(t, s); len(got) != 0 {
+		t.Fatalf("alice has sessions %v", got)
+	}
+
+	// Sent again from the box, it starts the conversation.
+	p.do("click Send", chromedp.Click(chromedp.ID("send-button")))
+	p.waitFor("the reply", `window.agentplaneChat.state().messages.length === 3 && `+lastAssistantJS+`.status === 'done'`)
+	if st := p.state(); st.Messages[1].Text != "words worth keeping" || st.Messages[1].Status != "sent" || st.SessionID == "" {
+		t.Fatalf("after sending it again: %+v", st)
+	}
+}

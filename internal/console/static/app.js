@@ -177,6 +177,9 @@
       var stored = pendingNewSession(p);
       if (stored && stored.requestId === p.requestId) storageSet(pendingNewKey(p), null);
     },
+    restoreDraft: function (text) {
+      if (!el.input.value.trim()) el.input.value = text;
+    },
     toast: toast,
   };
 

@@ -197,8 +197,10 @@
   //                  runPhase: queued|running|waiting_approval|waiting_tool|'' for the active run
   //                session(sessionId)        the session changed (persist it)
   //                newSessionPending(p) / newSessionSettled(p)   a new session's first message
-  //                  {requestId, user, agent, sentAt} was sent / was answered or given up:
+  //                  {requestId, user, agent, sentAt, text} was sent / was answered or given up:
   //                  persist p until then, and pass it back as pendingNewSession on a reload
+  //                restoreDraft(text)   a message an earlier load sent never reached the server:
+  //                  put it back in the message box (if the user has not typed another)
   //                toast(text, kind)
   //   clientTools  name → function(args, ctx) run when an agent asks this page for that tool;
   //                defaults to builtinClientTools (client.now)
@@ -1190,7 +1192,9 @@
     if (!this.sessionId) {
       // Until its run_started comes this message's session is known only to the server: the
       // page keeps what finds it again should the answer never reach it (recoverNewSession).
-      this.pendingNew = { requestId: id, user: this.settings.user, agent: this.settings.agent, sentAt: this.now() };
+      // The text too: should the message turn out never to have reached the server, a reloaded
+      // page can still show it and hand it back for sending again.
+      this.pendingNew = { requestId: id, user: this.settings.user, agent: this.settings.agent, sentAt: this.now(), text: text };
       this.emit('newSessionPending', this.pendingNew);
     }
     this.emitControls();
@@ -1318,8 +1322,15 @@
       var item = this.unconfirmed.get(p.requestId);
       this.unconfirmed.delete(p.requestId);
       this.settlePendingNew(p.requestId);
-      if (item) this.setItem(item, { status: 'failed', statusText: 'not sent — it never reached the server' });
-      else this.toast('Your last message never reached the server — please send it again.', 'error');
+      if (item) {
+        this.setItem(item, { status: 'failed', statusText: 'not sent — it never reached the server' });
+      } else if (typeof p.text === 'string' && p.text !== '') {
+        // Sent by an earlier load of the page: shown as it would have been, and handed back.
+        this.addItem({ role: 'user', text: p.text, status: 'failed', statusText: 'not sent — it never reached the server' });
+        this.emit('restoreDraft', p.text);
+      } else {
+        this.toast('Your last message never reached the server — please send it again.', 'error');
+      }
     }
     this.emitControls();
   };

@@ -36,7 +36,7 @@ function harness(opts = {}) {
   FakeSocket.all = [];
   const timers = [];
   const clock = { t: 1700000000000 };
-  const events = { toasts: [], sessions: [], connection: [], controls: null, added: 0, cleared: 0, order: [], pendingNew: [] };
+  const events = { toasts: [], sessions: [], connection: [], controls: null, added: 0, cleared: 0, order: [], pendingNew: [], drafts: [] };
   const chat = new Chat({
     url: 'ws://test/v1/ws',
     settings: { user: 'demo', key: 'KEY', agent: 'demo' },
@@ -60,6 +60,7 @@ function harness(opts = {}) {
       session: (s) => events.sessions.push(s),
       newSessionPending: (p) => events.pendingNew.push(['pending', p]),
       newSessionSettled: (p) => events.pendingNew.push(['settled', p.requestId]),
+      restoreDraft: (t) => events.drafts.push(t),
       toast: (t, k) => events.toasts.push([t, k]),
     },
   });
@@ -1020,7 +1021,7 @@ const tests = {
     const s = h.connect();
     h.chat.send('hi');
     const rid = s.last().request_id;
-    assert.deepEqual(h.events.pendingNew, [['pending', { requestId: rid, user: 'demo', agent: 'demo', sentAt: h.clock.t }]]);
+    assert.deepEqual(h.events.pendingNew, [['pending', { requestId: rid, user: 'demo', agent: 'demo', sentAt: h.clock.t, text: 'hi' }]]);
     s.push(ev(2, 'run_started', { request_id: rid, message: { role: 'user', content: 'hi' } }));
     assert.deepEqual(h.events.pendingNew.slice(1), [['settled', rid]]);
     // A message in a known session creates none: nothing to keep.
@@ -1108,8 +1109,33 @@ const tests = {
     assert.deepEqual(h.events.sessions, []);
     assert.deepEqual(h.events.pendingNew, [['settled', 'r-lost']]);
     assert.match(h.events.toasts[0][0], /never reached the server/);
+    assert.deepEqual(h.events.drafts, [], 'a record kept by an older page has no text to give back');
     assert.equal(h.events.controls.canSend, true, 'a new conversation can start');
     assert.equal(h.events.controls.runStatus, '');
+  },
+
+  async 'a message the server never got, sent before a reload: shown failed and handed back to the message box'() {
+    const api = new FakeAPI();
+    const sent = 1700000000000 - 2000;
+    const h = harness({ fetch: api.fetch, pendingNewSession: { requestId: 'r-lost', user: 'demo', agent: 'demo', sentAt: sent, text: 'hello there' } });
+    const s = h.connect();
+    await settle();
+    for (let i = 0; i < 40 && h.chat.snapshot().recovering; i++) {
+      h.advance(2000);
+      await settle();
+    }
+    assert.equal(h.chat.snapshot().recovering, false);
+    assert.deepEqual(h.msgs(), [['user', 'hello there', 'failed']]);
+    assert.match(h.chat.snapshot().messages[0].detail, /never reached the server/);
+    assert.deepEqual(h.events.drafts, ['hello there']);
+    assert.deepEqual(h.events.toasts, [], 'the failed bubble says it');
+    assert.deepEqual(h.events.pendingNew, [['settled', 'r-lost']]);
+    assert.equal(h.events.controls.canSend, true);
+    // Sent again, it is a new message with a request_id of its own.
+    h.chat.send('hello there');
+    assert.equal(s.last().type, 'agent_invoke');
+    assert.notEqual(s.last().request_id, 'r-lost');
+    assert.equal(h.events.pendingNew[1][1].text, 'hello there', 'kept with its text until answered');
   },
 
   async 'an old kept message is looked for a few times, then dropped'() {
