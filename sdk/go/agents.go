@@ -436,8 +436,16 @@ func (s *AgentStream) Next() (AgentEvent, error) {
 		}
 		if ev.Type == "error" && ev.Seq == 0 {
 			// The platform lost its log stream (stream_failed): attaching
-			// again resumes it.
-			s.drop()
+			// again resumes it. Counted like any broken stream, so a
+			// platform that keeps failing is not re-invoked in a tight loop.
+			var f struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			}
+			_ = json.Unmarshal(ev.Data, &f)
+			if rerr := retry(fmt.Errorf("%s: %s", f.Code, f.Message)); rerr != nil {
+				return AgentEvent{}, rerr
+			}
 			continue
 		}
 		if ev.Seq != 0 && ev.Seq <= s.lastSeq {

@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // HandlerFunc runs one invocation of the agent. It streams output through s
@@ -175,19 +176,26 @@ func (a *AgentHandler) finish(s *sseStream, herr error, log *slog.Logger) {
 	}
 	var ire *InputRequiredError
 	if errors.As(herr, &ire) && ire.Question != "" {
-		if err := s.InputRequired(ire.Question, ire.Detail); err != nil && !errors.Is(err, ErrStreamClosed) {
-			log.Warn("write input_required event", "err", err)
+		// Encode first, so a detail that cannot be sent becomes an error
+		// event rather than a stream with no terminal event at all.
+		ev, err := encodeEvent("input_required", inputRequiredData{Question: ire.Question, Detail: ire.Detail})
+		if err != nil {
+			herr = &Error{Code: CodeAgentException, Message: err.Error()}
+		} else {
+			if err := s.write(ev, true); err != nil && !errors.Is(err, ErrStreamClosed) {
+				log.Warn("write input_required event", "err", err)
+			}
+			return
 		}
-		return
 	}
 	if herr == nil {
-		usage := s.getUsage()
-		// Check the usage first, so a bad value becomes an error event
-		// rather than a stream with no terminal event at all.
-		if _, err := json.Marshal(usage); err != nil {
-			herr = &Error{Code: CodeAgentException, Message: "usage is not JSON-encodable: " + err.Error()}
+		// Encode the usage first, so a bad or oversize value becomes an
+		// error event rather than a stream with no terminal event at all.
+		ev, err := encodeEvent("done", doneData{Usage: s.getUsage()})
+		if err != nil {
+			herr = &Error{Code: CodeAgentException, Message: "usage: " + err.Error()}
 		} else {
-			if err := s.send("done", doneData{Usage: usage}, true); err != nil && !errors.Is(err, ErrStreamClosed) {
+			if err := s.write(ev, true); err != nil && !errors.Is(err, ErrStreamClosed) {
 				log.Warn("write done event", "err", err)
 			}
 			return
@@ -215,9 +223,21 @@ func (a *AgentHandler) finish(s *sseStream, herr error, log *slog.Logger) {
 	} else {
 		log.Error("agent handler failed", "err", herr)
 	}
+	data.Message = truncateUTF8(data.Message, maxErrorMessageBytes)
 	if err := s.send("error", data, true); err != nil && !errors.Is(err, ErrStreamClosed) {
 		log.Warn("write error event", "err", err)
 	}
+}
+
+// truncateUTF8 is s cut to at most n bytes, at a rune boundary.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 func (a *AgentHandler) keepAlive() time.Duration {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // Stream sends a run's events to the platform. Each event is written and
@@ -16,10 +17,14 @@ import (
 // Do not use a Stream after the HandlerFunc has returned: the terminal event
 // (done or error) is written by the SDK from the handler's return value.
 type Stream interface {
-	// Delta sends `event: delta {"text": text}`. An empty text is skipped.
+	// Delta sends `event: delta {"text": text}`. An empty text is skipped;
+	// a long one is sent as several consecutive deltas, each under the
+	// platform's event bound (ErrEventTooLarge), which it joins again.
 	Delta(text string) error
 	// State sends `event: state {"state": state, "detail": detail}`; a nil
-	// detail is sent as {}. detail must marshal as JSON.
+	// detail is sent as {}. detail must marshal as JSON, and the event must
+	// stay under the platform's bound: a larger one is not sent and an
+	// error wrapping ErrEventTooLarge is returned.
 	State(state string, detail any) error
 	// SetUsage records the usage reported in the closing
 	// `event: done {"usage": usage}`; nil reports {}. It must marshal as JSON.
@@ -30,7 +35,8 @@ type Stream interface {
 	// user's answer starts a new run that resumes it (Request.ResumesRunID).
 	// It is the stream's last event: the handler should return right after
 	// (its return value is then not sent), and later calls get
-	// ErrStreamClosed. question must not be empty.
+	// ErrStreamClosed. question must not be empty; an event over the
+	// platform's bound is not sent (ErrEventTooLarge) and ends nothing.
 	InputRequired(question string, detail any) error
 }
 
@@ -51,6 +57,26 @@ func (e *InputRequiredError) Error() string {
 // ErrStreamClosed is returned by Stream methods called after the handler
 // has returned.
 var ErrStreamClosed = errors.New("agentplane: stream closed")
+
+// ErrEventTooLarge is wrapped by the error of a Stream method whose event
+// would exceed maxEventBytes: the platform fails the whole run
+// (agent_protocol_error) on such an event, so it is not sent.
+var ErrEventTooLarge = errors.New("agentplane: event over the platform's 1 MiB bound")
+
+// maxEventBytes is the platform's bound on one SSE event from an agent
+// (API.md "Limits"): its field lines, "event: …" and "data: …" included.
+const maxEventBytes = 1 << 20
+
+// deltaChunkBytes is how much text one delta event carries at most. JSON
+// encodes a byte as at most 6 (\u003c for "<", \ufffd for a stray byte;
+// a 3-byte U+2028 as 6 too), so a chunk encodes to under 768 KiB: always
+// within maxEventBytes, whatever the text.
+const deltaChunkBytes = 128 << 10
+
+// maxErrorMessageBytes bounds the message of the error event the SDK writes
+// from a handler's error: the platform keeps only its first 4 KiB, and a
+// message over maxEventBytes would cost the run its code.
+const maxErrorMessageBytes = 64 << 10
 
 // keepAliveLine is an SSE comment: parsers ignore it, but it resets the
 // platform's idle timer while a handler is busy and silent.
@@ -102,7 +128,26 @@ func (s *sseStream) Delta(text string) error {
 	if text == "" {
 		return nil // an empty delta tells the user nothing
 	}
-	return s.send("delta", deltaData{Text: text}, false)
+	// Cut long text into chunks the platform accepts, at rune boundaries
+	// so no character is split into two invalid halves, and write them in
+	// one go so a concurrent Delta cannot land between them.
+	var b bytes.Buffer
+	for text != "" {
+		n := len(text)
+		if n > deltaChunkBytes {
+			n = deltaChunkBytes
+			for i := 0; i < utf8.UTFMax-1 && !utf8.RuneStart(text[n]); i++ {
+				n--
+			}
+		}
+		ev, err := encodeEvent("delta", deltaData{Text: text[:n]})
+		if err != nil {
+			return err
+		}
+		b.Write(ev)
+		text = text[n:]
+	}
+	return s.write(b.Bytes(), false)
 }
 
 // State implements Stream.
@@ -140,18 +185,15 @@ func (s *sseStream) getUsage() any {
 // send encodes and writes one event. terminal closes the stream to the
 // handler: later calls get ErrStreamClosed.
 func (s *sseStream) send(event string, data any, terminal bool) error {
-	payload, err := json.Marshal(data)
+	b, err := encodeEvent(event, data)
 	if err != nil {
-		return fmt.Errorf("agentplane: encode %s event: %w", event, err)
+		return err
 	}
-	var b bytes.Buffer
-	b.Grow(len(event) + len(payload) + 16)
-	b.WriteString("event: ")
-	b.WriteString(event)
-	b.WriteString("\ndata: ")
-	b.Write(payload) // compact JSON has no raw newlines: one data line
-	b.WriteString("\n\n")
+	return s.write(b, terminal)
+}
 
+// write writes encoded events at once.
+func (s *sseStream) write(b []byte, terminal bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -160,7 +202,27 @@ func (s *sseStream) send(event string, data any, terminal bool) error {
 	if terminal {
 		s.closed = true
 	}
-	return s.writeLocked(b.Bytes())
+	return s.writeLocked(b)
+}
+
+// encodeEvent is one event on the wire; an event over maxEventBytes is an
+// error wrapping ErrEventTooLarge.
+func encodeEvent(event string, data any) ([]byte, error) {
+	payload, err := json.Marshal(data)
+	if err != nil {
+		return nil, fmt.Errorf("agentplane: encode %s event: %w", event, err)
+	}
+	var b bytes.Buffer
+	b.Grow(len(event) + len(payload) + 16)
+	b.WriteString("event: ")
+	b.WriteString(event)
+	b.WriteString("\ndata: ")
+	b.Write(payload) // compact JSON has no raw newlines: one data line
+	b.WriteString("\n\n")
+	if b.Len() > maxEventBytes {
+		return nil, fmt.Errorf("agentplane: %s event of %d bytes: %w", event, b.Len(), ErrEventTooLarge)
+	}
+	return b.Bytes(), nil
 }
 
 func (s *sseStream) writeLocked(p []byte) error {
