@@ -38,6 +38,16 @@ CODE_AGENT_EXCEPTION = "agent_exception"
 
 _DEFAULT_MAX_BODY = 32 << 20  # the body carries the whole transcript
 
+# The platform refuses an SSE event over 1 MiB (agent_protocol_error) and
+# fails the run. A character is at most 12 bytes of JSON (a non-BMP one as
+# two \u escapes, when encode_event falls back to ASCII), so a delta of this
+# many characters always fits; longer text is sent as several deltas.
+_MAX_DELTA_CHARS = 64 << 10
+# The platform keeps the first 4 KiB of an error's message; more could push
+# the event past 1 MiB, which would replace the handler's code with
+# agent_protocol_error.
+_MAX_ERROR_MESSAGE_CHARS = 4 << 10
+
 
 @dataclass(frozen=True)
 class State:
@@ -194,10 +204,12 @@ class AgentServer:
     serving: bind on port 0, register the endpoint with the platform, then
     :meth:`start` (background thread) or :meth:`serve_forever`.
 
-    ``handler(req)`` may return ``None``, a ``str`` (sent as one delta) or an
-    iterable — typically it is a generator — of ``str`` (deltas) and
+    ``handler(req)`` may return ``None``, a ``str`` (sent as a delta; a
+    long one as several, so no event passes the platform's 1 MiB bound) or
+    an iterable — typically it is a generator — of ``str`` (deltas) and
     :class:`State` items; ``async def`` handlers and async generators work
-    too. The stream then ends with ``done {usage: req.usage}``. Raising
+    too. A generator's ``return`` value counts as its last item. The stream
+    then ends with ``done {usage: req.usage}``. Raising
     :class:`AgentError` ends it with that code; any other exception with
     ``agent_exception``.
 
@@ -654,6 +666,13 @@ def _str(v: Any) -> str:
     return v if isinstance(v, str) else ""
 
 
+def _bounded(s: Any, n: int) -> Any:
+    """``s`` cut to ``n`` characters, marked with an ellipsis (non-strings as they are)."""
+    if isinstance(s, str) and len(s) > n:
+        return s[:n] + "…"
+    return s
+
+
 # -- running the handler (worker thread) -------------------------------------
 
 
@@ -689,7 +708,16 @@ def _drive(handler: Handler, req: Request, pump: _Pump) -> None:
 
 def _drain(it: Any, req: Request, emit: "_Emitter") -> None:
     try:
-        for item in it:
+        while True:
+            try:
+                item = next(it)
+            except StopIteration as stop:
+                # A generator's `return value` is its last word: `return
+                # InputRequired(...)` (or a final str) must not be dropped
+                # and the run reported done.
+                if stop.value is not None and not req.cancelled:
+                    emit.item(stop.value)
+                return
             if req.cancelled:
                 break
             emit.item(item)
@@ -758,8 +786,10 @@ class _Emitter:
             self.terminal("input_required", item.payload())
             return
         if isinstance(item, str):
-            if item:  # an empty delta tells the user nothing
-                self._pump.put(encode_event("delta", {"text": item}))
+            # An empty delta tells the user nothing; a long one is split so
+            # no event passes the platform's 1 MiB bound.
+            for i in range(0, len(item), _MAX_DELTA_CHARS):
+                self._pump.put(encode_event("delta", {"text": item[i : i + _MAX_DELTA_CHARS]}))
         elif isinstance(item, State):
             self._pump.put(encode_event("state", {"state": item.state, "detail": item.detail if item.detail is not None else {}}))
         else:
@@ -768,6 +798,8 @@ class _Emitter:
     def terminal(self, event: str, data: Dict[str, Any]) -> None:
         if self._done:
             return
+        if event == "error":
+            data = {"code": data.get("code"), "message": _bounded(data.get("message"), _MAX_ERROR_MESSAGE_CHARS)}
         try:
             chunk = encode_event(event, data)
         except (TypeError, ValueError) as e:

@@ -146,12 +146,52 @@ class ServerTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             agentplane.InputRequired("  ")
 
+    def test_generator_return_value_is_sent(self) -> None:
+        # README: InputRequired "yielded, returned or raised"; a generator's
+        # return value must not be dropped (the run would end done).
+        def asks(req: agentplane.Request) -> Any:
+            yield "Let me see. "
+            return agentplane.InputRequired("Which one?")
+
+        def says(req: agentplane.Request) -> Any:
+            yield agentplane.State("thinking")
+            return "the end"
+
+        self.assertEqual(
+            events(self.start(asks).port),
+            [("delta", {"text": "Let me see. "}), ("input_required", {"question": "Which one?"})],
+        )
+        self.assertEqual(
+            events(self.start(says).port),
+            [("state", {"state": "thinking", "detail": {}}), ("delta", {"text": "the end"}), ("done", {"usage": {}})],
+        )
+
     def test_iterable_result_and_unicode(self) -> None:
         server = self.start(lambda req: ["héllo ", "wörld\n", "✓"])
         self.assertEqual(
             events(server.port),
             [("delta", {"text": "héllo "}), ("delta", {"text": "wörld\n"}), ("delta", {"text": "✓"}), ("done", {"usage": {}})],
         )
+
+    def test_long_text_is_split_into_events_the_platform_accepts(self) -> None:
+        # The platform fails a run with agent_protocol_error on an SSE event
+        # over 1 MiB. Worst cases per character: 4 bytes of UTF-8, a \u
+        # escape for a control character, and — once a lone surrogate sends
+        # the event through the ASCII fallback — 12 bytes for a non-BMP one.
+        texts = ["é✓😀" * 300_000, "\x01" * 400_000, "\ud800" + "😀" * 200_000]
+        server = self.start(lambda req: iter(texts))
+        conn, resp = invoke(server.port)
+        try:
+            raw = resp.read()
+        finally:
+            conn.close()
+        frames = [f for f in raw.split(b"\n\n") if f.strip()]
+        for f in frames:
+            self.assertLessEqual(len(f) + 2, 1 << 20)
+        got = [(f.split(b"\n", 1)[0], json.loads(f.split(b"data: ", 1)[1])) for f in frames]
+        self.assertEqual(got[-1], (b"event: done", {"usage": {}}))
+        self.assertEqual("".join(d["text"] for e, d in got[:-1]), "".join(texts))
+        self.assertTrue(all(e == b"event: delta" for e, _ in got[:-1]))
 
     def test_request_fields(self) -> None:
         seen: List[agentplane.Request] = []
@@ -266,6 +306,19 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(evs[0][0], "error")
         self.assertEqual(evs[0][1]["code"], agentplane.CODE_AGENT_EXCEPTION)
         self.assertIn("ValueError: boom", evs[0][1]["message"])
+
+    def test_long_error_message_keeps_its_code(self) -> None:
+        # An event over 1 MiB would fail the run with agent_protocol_error
+        # instead of the handler's code; the platform keeps 4 KiB anyway.
+        def handler(req: agentplane.Request) -> str:
+            raise agentplane.AgentError("too_much", "é" * (2 << 20))
+
+        server = self.start(handler)
+        evs = events(server.port)
+        self.assertEqual(evs[0][0], "error")
+        self.assertEqual(evs[0][1]["code"], "too_much")
+        self.assertTrue(evs[0][1]["message"].startswith("éé"))
+        self.assertLess(len(evs[0][1]["message"].encode("utf-8")), 64 << 10)
 
     def test_bad_yield_and_bad_usage(self) -> None:
         def bad_yield(req: agentplane.Request) -> Any:
