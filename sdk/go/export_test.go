@@ -11,3 +11,10 @@ var Jitter = jitter
 func WithToolTiming(pauseMin, pauseMax, retryBase time.Duration) ToolOption {
 	return func(o *toolOptions) { o.pauseMin, o.pauseMax, o.retryBase = pauseMin, pauseMax, retryBase }
 }
+
+// WithToolAttemptTime shortens the time one tool request is given to
+// answer: invokeWait stands for the platform's inline wait of an invoke,
+// wait for ToolWaitTimeout, grace for ToolAttemptGrace.
+func WithToolAttemptTime(invokeWait, wait, grace time.Duration) ToolOption {
+	return func(o *toolOptions) { o.invokeWait, o.waitTimeout, o.grace = invokeWait, wait, grace }
+}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -128,15 +129,24 @@ func (a *AgentHandler) invoke(w http.ResponseWriter, r *http.Request) {
 			s.keepAlive(ka, stop)
 		}()
 	}
-	// The keep-alive goroutine must be gone before ServeHTTP returns: a
-	// ResponseWriter may not be used after that. Deferred so a re-raised
-	// http.ErrAbortHandler panic stops it too.
+	// Nothing may write to w once ServeHTTP has returned (net/http
+	// reuses the connection's buffers): the keep-alive goroutine must be
+	// gone and the stream closed, so that a goroutine the handler started
+	// gets ErrStreamClosed. Deferred so a re-raised http.ErrAbortHandler
+	// panic does it too; then a write stuck on a platform that does not
+	// read is cut short first, so that it does not hold up the abort.
+	aborted := true
 	defer func() {
+		if aborted {
+			_ = s.rc.SetWriteDeadline(time.Now())
+		}
+		s.close()
 		close(stop)
 		wg.Wait()
 	}()
 
 	herr := a.run(ctx, req, s, log)
+	aborted = false
 	if ctx.Err() != nil {
 		// The platform closed the request: nobody is left to read a
 		// terminal event.
@@ -175,7 +185,9 @@ func (a *AgentHandler) finish(s *sseStream, herr error, log *slog.Logger) {
 		return
 	}
 	var ire *InputRequiredError
-	if errors.As(herr, &ire) && ire.Question != "" {
+	// A blank question (the platform fails the run on it) falls through
+	// to an error event that says what went wrong.
+	if errors.As(herr, &ire) && strings.TrimSpace(ire.Question) != "" {
 		// Encode first, so a detail that cannot be sent becomes an error
 		// event rather than a stream with no terminal event at all.
 		ev, err := encodeEvent("input_required", inputRequiredData{Question: ire.Question, Detail: ire.Detail})

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -22,7 +23,9 @@ type Stream interface {
 	// platform's event bound (ErrEventTooLarge), which it joins again.
 	Delta(text string) error
 	// State sends `event: state {"state": state, "detail": detail}`; a nil
-	// detail is sent as {}. detail must marshal as JSON, and the event must
+	// detail is sent as {}. state must not be empty (the platform fails
+	// the run on such an event, so it is not sent and an error is
+	// returned); detail must marshal as JSON, and the event must
 	// stay under the platform's bound: a larger one is not sent and an
 	// error wrapping ErrEventTooLarge is returned.
 	State(state string, detail any) error
@@ -35,7 +38,8 @@ type Stream interface {
 	// user's answer starts a new run that resumes it (Request.ResumesRunID).
 	// It is the stream's last event: the handler should return right after
 	// (its return value is then not sent), and later calls get
-	// ErrStreamClosed. question must not be empty; an event over the
+	// ErrStreamClosed. question must not be empty or only white space (it
+	// is not sent: the platform would fail the run); an event over the
 	// platform's bound is not sent (ErrEventTooLarge) and ends nothing.
 	InputRequired(question string, detail any) error
 }
@@ -152,6 +156,11 @@ func (s *sseStream) Delta(text string) error {
 
 // State implements Stream.
 func (s *sseStream) State(state string, detail any) error {
+	if state == "" {
+		// The platform fails the run (agent_protocol_error) on a state
+		// event without a state: refuse it here, where it costs nothing.
+		return errors.New("agentplane: State needs a state name")
+	}
 	if detail == nil {
 		detail = struct{}{}
 	}
@@ -160,7 +169,9 @@ func (s *sseStream) State(state string, detail any) error {
 
 // InputRequired implements Stream.
 func (s *sseStream) InputRequired(question string, detail any) error {
-	if question == "" {
+	if strings.TrimSpace(question) == "" {
+		// As the platform reads it: a blank question fails the run
+		// (agent_protocol_error), so it is not sent.
 		return errors.New("agentplane: InputRequired needs a question")
 	}
 	return s.send("input_required", inputRequiredData{Question: question, Detail: detail}, true)

@@ -43,11 +43,26 @@ const (
 	// jittered. A 429 rate_limited is not counted: the request is sent again
 	// once the wait the platform named is over, for as long as ctx allows.
 	ToolMaxAttempts = 5
+	// ToolAttemptGrace is how long one request (an invoke or one :wait)
+	// may take to answer beyond the time the platform may hold it: for an
+	// invoke its inline wait for a server tool (30 s, API.md), for a :wait
+	// the timeout_ms asked for. A request still unanswered then is abandoned and
+	// counted as a transient failure (retried with backoff, at most
+	// ToolMaxAttempts sends): a proxy or platform that took the
+	// connection but never answers would otherwise hold the call — and,
+	// as the handler's keep-alives hide it from the platform's idle
+	// timeout, the run — until ctx ends. A re-sent invoke carries the same
+	// idempotency key, so the platform answers it with the call the first
+	// one may have created: the tool is never called twice.
+	ToolAttemptGrace = 15 * time.Second
 )
 
 const (
 	toolRetryBase = 100 * time.Millisecond
 	toolRetryCap  = 2 * time.Second
+	// toolInvokeWait is how long the platform's :invoke may wait for an
+	// allowed server tool before it answers pending (API.md "Calls").
+	toolInvokeWait = 30 * time.Second
 )
 
 // ToolCall is the platform's view of one tool call (GET /v1/tool_calls/{id}).
@@ -175,6 +190,7 @@ type toolOptions struct {
 	waitTimeout        time.Duration
 	pauseMin, pauseMax time.Duration
 	retryBase          time.Duration
+	invokeWait, grace  time.Duration
 }
 
 // WithIdempotencyKey sets the call's idempotency key. The platform answers
@@ -241,15 +257,19 @@ type invokeToolBody struct {
 // unless that wait would outlast ctx — then the 429's *APIError, with its
 // RetryAfter, is returned at once.
 //
+// A request the platform does not answer within its time (see
+// ToolAttemptGrace) is abandoned and retried like a connection error.
+//
 // Every failure of the call is a *ToolError: a 4xx refusal (invalid_args,
 // tool_not_found …; it wraps the *APIError) and a call that ended failed
-// (rejected, timeout …). A platform still unreachable or answering 5xx
-// after the retries gives an *APIError or a transport error. ctx bounds the whole
+// (rejected, timeout …). A platform still unreachable, silent or answering
+// 5xx after the retries gives an *APIError or a transport error. ctx bounds the whole
 // call: when it ends, InvokeTool returns an error wrapping ctx.Err() that
 // names the tool call, which keeps going on the platform (read it later with
 // ToolCall).
 func (c *Client) InvokeTool(ctx context.Context, name string, args any, opts ...ToolOption) (json.RawMessage, error) {
-	o := toolOptions{waitTimeout: ToolWaitTimeout, pauseMin: ToolWaitPauseMin, pauseMax: ToolWaitPauseMax, retryBase: toolRetryBase}
+	o := toolOptions{waitTimeout: ToolWaitTimeout, pauseMin: ToolWaitPauseMin, pauseMax: ToolWaitPauseMax, retryBase: toolRetryBase,
+		invokeWait: toolInvokeWait, grace: ToolAttemptGrace}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -273,7 +293,7 @@ func (c *Client) InvokeTool(ctx context.Context, name string, args any, opts ...
 		body.TimeoutMS = max(1, o.timeout.Milliseconds())
 	}
 	var tc ToolCall
-	if err := c.retrying(ctx, o, http.MethodPost, "/v1/tools/"+url.PathEscape(name)+":invoke", nil, body, &tc); err != nil {
+	if err := c.retrying(ctx, o, o.invokeWait+o.grace, http.MethodPost, "/v1/tools/"+url.PathEscape(name)+":invoke", nil, body, &tc); err != nil {
 		if te := refused(name, "", err); te != nil {
 			return nil, te
 		}
@@ -288,8 +308,9 @@ func (c *Client) InvokeTool(ctx context.Context, name string, args any, opts ...
 		}
 		id, state := tc.ToolCallID, tc.State
 		tc = ToolCall{}
-		q := url.Values{"timeout_ms": {strconv.FormatInt(waitMS(ctx, o.waitTimeout), 10)}}
-		if err := c.retrying(ctx, o, http.MethodPost, "/v1/tool_calls/"+url.PathEscape(id)+":wait", q, nil, &tc); err != nil {
+		ms := waitMS(ctx, o.waitTimeout)
+		q := url.Values{"timeout_ms": {strconv.FormatInt(ms, 10)}}
+		if err := c.retrying(ctx, o, time.Duration(ms)*time.Millisecond+o.grace, http.MethodPost, "/v1/tool_calls/"+url.PathEscape(id)+":wait", q, nil, &tc); err != nil {
 			if te := refused(name, id, err); te != nil {
 				return nil, te
 			}
@@ -375,12 +396,21 @@ func toolError(name string, tc *ToolCall) *ToolError {
 // 429 once its wait is over (see waitRateLimit), however often. The body is
 // the same on every attempt, and so is its idempotency key: the platform
 // answers a repeated invoke with the call the first one created (a :wait is
-// a read).
-func (c *Client) retrying(ctx context.Context, o toolOptions, method, path string, q url.Values, body, out any) error {
+// a read). Each attempt has attempt to answer (see ToolAttemptGrace); one
+// that has not is a transient failure.
+func (c *Client) retrying(ctx context.Context, o toolOptions, attempt time.Duration, method, path string, q url.Values, body, out any) error {
 	backoff := o.retryBase
 	failures := 0
 	for {
-		err := c.do(ctx, method, path, q, body, out)
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		err := c.do(actx, method, path, q, body, out)
+		timedOut := err != nil && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded)
+		cancel()
+		if timedOut {
+			// Not wrapping context.DeadlineExceeded: the caller's ctx
+			// has not ended, and errors.Is must not say it has.
+			err = fmt.Errorf("agentplane: %s %s: %w (no answer within %v)", method, path, errNoAnswer, attempt)
+		}
 		if err == nil || !transient(ctx, err) {
 			return err
 		}
@@ -454,8 +484,12 @@ func transient(ctx context.Context, err error) bool {
 	}
 	var ue *url.Error
 	var ne net.Error
-	return errors.As(err, &ue) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF)
+	return errors.As(err, &ue) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, errNoAnswer)
 }
+
+// errNoAnswer is wrapped by the error of a request abandoned after its
+// attempt's time (see retrying).
+var errNoAnswer = errors.New("the platform did not answer")
 
 // waitMS is the timeout_ms of one :wait round: d, or less when ctx ends
 // sooner, so the platform answers before the caller gives up.
