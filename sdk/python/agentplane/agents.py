@@ -365,9 +365,12 @@ class AgentCall:
                     continue
             try:
                 ev = _read_event(self._resp)
-            except (OSError, ValueError, http.client.HTTPException) as e:
+            except (OSError, ValueError, AttributeError, http.client.HTTPException) as e:
                 # The connection broke (or timed out, or was cut short):
-                # attach again and skip what was seen.
+                # attach again and skip what was seen. AttributeError: a
+                # close() from another thread (the run was cancelled) raced
+                # http.client closing the same response at the end of the
+                # stream; that is the close, not a bug of the caller's.
                 self._drop()
                 if self._closed:
                     return None
@@ -388,8 +391,18 @@ class AgentCall:
                 continue
             if ev.type == "error" and ev.seq == 0:
                 # The platform's own note that it lost the log stream
-                # (stream_failed): attaching again resumes it.
+                # (stream_failed): attaching again resumes it. Counted like
+                # any broken stream, so a platform that keeps failing is not
+                # re-invoked in a tight loop.
                 self._drop()
+                if self._closed:
+                    return None
+                attempts += 1
+                if attempts >= self._agents.max_attempts:
+                    cause = f"{ev.get('code') or 'stream_failed'}: {ev.get('message') or ''}"
+                    raise APIError("connection_error", f"agent {self.agent_id}: child run {self.run_id}: stream broke off: {cause}")
+                time.sleep(random.uniform(backoff / 2, backoff))
+                backoff = min(backoff * 2, cap)
                 continue
             if ev.seq and ev.seq <= self._last_seq:
                 continue  # replayed after a re-attach: seen already
@@ -425,7 +438,10 @@ class AgentCall:
                 resp = urllib.request.urlopen(req, timeout=self._agents.read_timeout)
                 break
             except urllib.error.HTTPError as e:
-                raw = e.read()
+                try:
+                    raw = e.read()
+                except (OSError, http.client.HTTPException):
+                    raw = b""  # the answer's body broke off: its status still says what it was
                 if e.code == 429:
                     # Rate limited (the agent key's request rate): the
                     # platform did nothing and named the wait. Not a
@@ -446,13 +462,18 @@ class AgentCall:
                     backoff = min(backoff * 2, cap)
                     continue
                 raise _refused(self.agent_id, e.code, raw, e.headers) from None
-            except (urllib.error.URLError, OSError) as e:
+            except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+                # HTTPException: an answer garbled or cut short is no answer.
                 failures += 1
                 if first and failures < self._agents.max_attempts:
                     time.sleep(random.uniform(backoff / 2, backoff))
                     backoff = min(backoff * 2, cap)
                     continue
                 raise APIError("connection_error", f"POST {url}: {getattr(e, 'reason', e)}") from e
+            except UnicodeEncodeError as e:
+                # A key, id or traceparent http.client cannot send (not
+                # Latin-1): the documented APIError, never sent, not retried.
+                raise APIError("invalid_request", f"POST {url}: a header value or the URL holds characters HTTP cannot carry: {e}") from None
         ctype = resp.headers.get("Content-Type") or ""
         if not ctype.startswith("text/event-stream"):
             raw = resp.read()

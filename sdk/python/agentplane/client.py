@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import urllib.error
@@ -82,7 +83,7 @@ class Client:
         traceparent: Optional[str] = None,
     ) -> "Client":
         """Return a copy of this client attributed to another run/session/agent (or trace context)."""
-        return Client(
+        c = Client(
             self.base_url,
             self.agent_api_key,
             run_id if run_id is not None else self.run_id,
@@ -91,6 +92,13 @@ class Client:
             timeout=self.timeout,
             traceparent=traceparent if traceparent is not None else self.traceparent,
         )
+        # The copy is still the handler's (req.client.bind(traceparent=...)):
+        # a child it follows must stop with the run, as one through
+        # req.agents does, and keep the settings given to this one.
+        a = self.agents
+        c.agents = Agents(c, on_cancel=a._on_cancel)
+        c.agents.read_timeout, c.agents.max_attempts, c.agents.retry_backoff = a.read_timeout, a.max_attempts, a.retry_backoff
+        return c
 
     # -- attribution -------------------------------------------------------
 
@@ -311,10 +319,23 @@ def _request(
             status = resp.status
             raw = resp.read()
     except urllib.error.HTTPError as e:
-        raise _api_error(e.code, e.read(), e.headers) from None
+        try:
+            raw = e.read()
+        except (OSError, http.client.HTTPException) as cut:
+            raise APIError("connection_error", f"{method} {url}: HTTP {e.code} answer cut short: {cut!r}") from cut
+        raise _api_error(e.code, raw, e.headers) from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
         raise APIError("connection_error", f"{method} {url}: {reason}") from e
+    except http.client.HTTPException as e:
+        # An answer cut short (IncompleteRead) or garbled is no answer, as
+        # a reset is: the same error, retried where a reset is.
+        raise APIError("connection_error", f"{method} {url}: {e!r}") from e
+    except UnicodeEncodeError as e:
+        # http.client sends header values as Latin-1 and the URL as ASCII:
+        # a key, id or traceparent outside them cannot be sent at all. Said
+        # as the documented APIError, and not a transient one (no retry).
+        raise APIError("invalid_request", f"{method} {url}: a header value or the URL holds characters HTTP cannot carry: {e}") from None
     if not raw:
         return {}
     try:

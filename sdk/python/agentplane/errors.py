@@ -61,7 +61,9 @@ class APIError(Exception):
     """A platform call failed.
 
     ``status`` is the HTTP status, or 0 when no response arrived at all (the
-    platform was unreachable; ``code`` is then ``"connection_error"``).
+    platform was unreachable, or its answer was cut short; ``code`` is then
+    ``"connection_error"``) or nothing could be sent (``"invalid_request"``:
+    a header value — the key, an id, the traceparent — that is not Latin-1).
     ``code`` and ``message`` come from the platform's
     ``{"error": {"code", "message"}}`` body; a body without that shape gets
     ``code = "http_<status>"`` and its text as the message.

@@ -54,10 +54,18 @@ class State:
     """Yield from a handler to send ``event: state {state, detail}``.
 
     Use it to show progress ("thinking", "searching") to the user.
+    ``state`` must be a non-empty string (``ValueError`` otherwise).
     """
 
     state: str
     detail: Dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # The platform fails the whole run (agent_protocol_error) on a state
+        # event without a state name; refused here, where the handler can
+        # still catch it, as InputRequired refuses an empty question.
+        if not isinstance(self.state, str) or not self.state:
+            raise ValueError(f"State needs a non-empty state name, got {self.state!r}")
 
 
 class Request:

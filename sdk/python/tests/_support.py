@@ -76,8 +76,9 @@ class FakePlatform:
     ``routes`` maps "METHOD /raw/path" to a responder returning (status, body)
     or (status, body, headers); a body of bytes is sent verbatim, anything
     else as JSON; headers (e.g. another Content-Type) are added; status 0
-    closes the connection without an answer. Unknown routes get the
-    platform's 404 error shape.
+    closes the connection without an answer (after writing a body of bytes
+    verbatim: an answer cut short). Unknown routes get the platform's 404
+    error shape.
     """
 
     def __init__(self, routes: Dict[str, Responder]) -> None:
@@ -108,7 +109,10 @@ class FakePlatform:
                         extra = dict(answer[2])
                 if status == 0:
                     # Drop the connection without an answer, as a crashing
-                    # server or a restarting proxy would.
+                    # server or a restarting proxy would; a body of bytes is
+                    # written verbatim first (an answer cut short).
+                    if isinstance(body, bytes):
+                        self.wfile.write(body)
                     self.close_connection = True
                     return
                 out = body if isinstance(body, bytes) else json.dumps(body).encode()

@@ -12,7 +12,8 @@ import os
 import threading
 import time
 import unittest
-from typing import Any, Dict, List, Tuple
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Dict, List, Tuple
 from unittest import mock
 
 import agentplane
@@ -149,6 +150,50 @@ class AgentsTest(unittest.TestCase):
         self.assertNotIsInstance(cm.exception, agentplane.SubAgentError)
         self.assertEqual(len(p.requests), agentplane.agents.MAX_ATTEMPTS)
 
+    def test_stream_failed_is_bounded(self) -> None:
+        # When the platform cannot follow the child's log it ends the stream
+        # with `error {code: stream_failed}` and no seq
+        # (internal/httpapi/invoke.go), asking the caller to attach again.
+        # A platform that keeps doing so must be retried like any broken
+        # stream (backoff, at most MAX_ATTEMPTS), not re-invoked forever in
+        # a tight loop. These are the platform's exact bytes.
+        failed = (b'event: error\ndata: {"type":"error","run_id":"run_child","code":"stream_failed",'
+                  b'"message":"the child\'s event stream broke off; invoke again with the same idempotency_key to attach again"}\n\n')
+        p = self.platform({INVOKE: script(stream(ev(1, "run_started"), failed))})
+        call = self.agents(p).invoke("weather", "hi")
+        it = iter(call)
+        self.assertEqual(next(it).type, "run_started")
+        done = threading.Event()
+        got: List[BaseException] = []
+
+        def rest() -> None:
+            try:
+                call.result()
+            except BaseException as e:  # noqa: BLE001 - the test reads it
+                got.append(e)
+            done.set()
+
+        threading.Thread(target=rest, daemon=True).start()
+        if not done.wait(5):
+            call.close()
+            self.fail(f"still re-attaching after 5 s and {len(p.requests)} invokes: stream_failed is retried without bound")
+        self.assertEqual(len(got), 1, "result() returned after endless stream_failed")
+        e = got[0]
+        self.assertIsInstance(e, agentplane.APIError)
+        self.assertNotIsInstance(e, agentplane.SubAgentError, "the child did not fail: the stream did")
+        self.assertIn("stream_failed", str(e))
+        self.assertIn("invoke again with the same idempotency_key", str(e))
+        self.assertLessEqual(len(p.requests), agentplane.agents.MAX_ATTEMPTS + 1)
+
+    def test_stream_failed_then_attach_again(self) -> None:
+        # One stream_failed is no failure: the next attach resumes the child.
+        failed = b'event: error\ndata: {"type":"error","run_id":"run_child","code":"stream_failed","message":"broke off"}\n\n'
+        p = self.platform({INVOKE: script(stream(ev(1, "run_started"), failed), stream(ev(1, "run_started"), ev(2, "delta", text="x"), DONE))})
+        call = self.agents(p).invoke("weather", "hi")
+        self.assertEqual([e.seq for e in call], [1, 2, 5])
+        self.assertEqual(call.text(), "Sunny in Paris")
+        self.assertEqual(len(p.requests), 2)
+
     def test_failed_child_raises_sub_agent_error(self) -> None:
         p = self.platform({INVOKE: script(stream(ev(1, "run_started"), ev(2, "error", code="boom", message="told to fail", status="FAILED", total_usage={"llm_calls": 0})))})
         call = self.agents(p).invoke("weather", "hi")
@@ -177,6 +222,20 @@ class AgentsTest(unittest.TestCase):
         self.assertIsInstance(e, agentplane.APIError)
         self.assertEqual(len(p.requests), 1, "a refusal is not retried")
 
+    def test_answer_cut_short_or_header_http_cannot_carry(self) -> None:
+        # Both are the documented APIError, never http.client's or the
+        # codec's exception: a garbled answer is retried like a reset, a
+        # traceparent that is not Latin-1 is refused before anything is sent.
+        garbled = b"HTTP/1.1 2OO OK\r\n\r\n"  # http.client.BadStatusLine
+        p = self.platform({INVOKE: script((0, garbled), stream(ev(1, "run_started"), DONE))})
+        self.assertEqual(self.agents(p).invoke("weather", "hi").text(), "Sunny in Paris")
+        self.assertEqual(len(p.requests), 2)
+        bad = agentplane.Client(p.url, "ak_1", run_id="run_1", session_id="ses_1", traceparent="00-\u2603").agents
+        with self.assertRaises(agentplane.APIError) as cm:
+            bad.invoke("weather", "hi")
+        self.assertEqual((cm.exception.code, cm.exception.status), ("invalid_request", 0))
+        self.assertEqual(len(p.requests), 2)
+
     def test_needs_a_run(self) -> None:
         with self.assertRaises(ValueError):
             agentplane.Client("http://127.0.0.1:1", "ak").agents.invoke("weather", "hi")
@@ -200,6 +259,83 @@ class RequestTest(unittest.TestCase):
             finally:
                 conn.close()
         self.assertEqual(seen, [(2, "run_1", "run_child", True)])
+
+    def _cancel_while_following(self, agents_of: Callable[[agentplane.Request], agentplane.Agents]) -> List[str]:
+        """Cancel a run whose handler blocks on a child call made through agents_of(req); return how result() ended."""
+        release = threading.Event()
+        self.addCleanup(release.set)
+        invoked = threading.Event()
+
+        class Child(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("x-child-run-id", "run_child")
+                self.end_headers()
+                self.wfile.write(b": keep-alive\n\n" + ev(1, "run_started"))
+                self.wfile.flush()
+                invoked.set()
+                release.wait(30)
+
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Child)
+        httpd.daemon_threads = True
+        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.addCleanup(httpd.server_close)
+        self.addCleanup(httpd.shutdown)
+
+        finished = threading.Event()
+        outcome: List[str] = []
+
+        def handle(req: agentplane.Request) -> Any:
+            try:
+                yield "first"
+                call = agents_of(req).invoke("weather", "hi")
+                try:
+                    call.result()
+                    outcome.append("result")
+                except agentplane.APIError as e:
+                    outcome.append(e.code)
+                except BaseException as e:  # noqa: BLE001 - the test reads it
+                    outcome.append(repr(e))
+            finally:
+                finished.set()
+
+        with agentplane.AgentServer(handle, platform_url=f"http://127.0.0.1:{httpd.server_address[1]}", agent_api_key="ak") as srv:
+            srv.start()
+            conn, resp = invoke(srv.port)
+            self.assertEqual(next(iter_sse(resp))[0], "delta")
+            self.assertTrue(invoked.wait(5), "the child was not invoked")
+            time.sleep(0.05)  # let invoke() return and the handler block on the stream
+            conn.close()  # the platform closes the request: the run was cancelled
+            resp.close()
+            self.assertTrue(finished.wait(5), "the child call kept the cancelled run's handler blocked")
+        return outcome
+
+    def test_cancelled_run_closes_its_child_call(self) -> None:
+        # The call is closed from the cancelling thread while the handler's
+        # thread reads its stream: result() raises the documented
+        # SubAgentError stream_closed, never http.client's AttributeError
+        # from the two closes racing (repeated: it is a race).
+        for _ in range(8):
+            self.assertEqual(self._cancel_while_following(lambda req: req.agents), ["stream_closed"])
+
+    def test_bound_client_call_closes_when_the_run_is_cancelled(self) -> None:
+        # req.client.bind(traceparent=...) (README: how an agent with
+        # OpenTelemetry of its own passes its span) is still this run's
+        # client: a child call followed through it stops with the run, as
+        # one through req.agents does, instead of blocking the handler on a
+        # stream that stays open (45 s per attach) after the run was
+        # cancelled. The platform is a real HTTP server holding the child's
+        # stream open, as the platform does while a child runs.
+        tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        for _ in range(3):
+            self.assertEqual(self._cancel_while_following(lambda req: req.client.bind(traceparent=tp).agents), ["stream_closed"])
 
 
 if __name__ == "__main__":

@@ -145,6 +145,31 @@ class ClientTest(unittest.TestCase):
             c.heartbeat("echo")
         self.assertEqual((cm.exception.status, cm.exception.code), (0, "connection_error"))
 
+    def test_answer_cut_short_is_an_api_error(self) -> None:
+        # README: failures raise APIError. A body that breaks off
+        # (IncompleteRead), a 4xx's included, is a connection error.
+        cut = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 400\r\n\r\n{"ok":'
+        cut4xx = b'HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nContent-Length: 400\r\n\r\n{"error":'
+        p = self.platform({"POST /v1/agents/echo:heartbeat": lambda rec: (0, cut), "GET /v1/context/k": lambda rec: (0, cut4xx)})
+        c = self.client(p, agent_id="echo")
+        for call in (c.heartbeat, lambda: c.context_get("k")):
+            with self.assertRaises(agentplane.APIError) as cm:
+                call()
+            self.assertEqual((cm.exception.status, cm.exception.code), (0, "connection_error"))
+            self.assertIn("IncompleteRead", cm.exception.message)
+
+    def test_header_that_http_cannot_carry_is_an_api_error(self) -> None:
+        # http.client sends header values as Latin-1: an agent key or a
+        # traceparent with other characters cannot be sent. That is the
+        # documented APIError (not a raw UnicodeEncodeError), and nothing
+        # is sent.
+        p = self.platform({"POST /v1/agents/echo:heartbeat": ok({"ok": True})})
+        for c in (agentplane.Client(p.url, "ak_\u2013pasted", agent_id="echo"), self.client(p, agent_id="echo").bind(traceparent="00-\u2603")):
+            with self.assertRaises(agentplane.APIError) as cm:
+                c.heartbeat()
+            self.assertEqual((cm.exception.status, cm.exception.code), (0, "invalid_request"))
+        self.assertEqual(p.requests, [])
+
     def test_register(self) -> None:
         p = self.platform({"POST /v1/agents/register": ok({"ok": True, "agent_id": "echo", "agent_api_key": "ak_new"})})
         got = agentplane.register(p.url, "admin_1", "echo", "Echo", "http://127.0.0.1:9001", capabilities=["chat"])

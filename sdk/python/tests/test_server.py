@@ -109,6 +109,25 @@ class ServerTest(unittest.TestCase):
             ],
         )
 
+    def test_state_without_a_name_is_refused_to_the_handler(self) -> None:
+        # The platform fails the run (agent_protocol_error, "state event
+        # without a state") on a state event whose state is empty or not a
+        # string: the SDK refuses it where it is made, so a handler may
+        # catch it and its run goes on; nothing of it is sent.
+        refused: List[str] = []
+
+        def handler(req: agentplane.Request) -> Any:
+            for bad in ("", None, 3):
+                try:
+                    yield agentplane.State(bad)  # type: ignore[arg-type]
+                except ValueError as e:
+                    refused.append(str(e))
+            yield "still here"
+
+        server = self.start(handler)
+        self.assertEqual(events(server.port), [("delta", {"text": "still here"}), ("done", {"usage": {}})])
+        self.assertEqual(len(refused), 3)
+
     def test_input_required(self) -> None:
         # yield, return and raise all end the turn asking; nothing after it
         # is sent; the request carries intention_id and resumes_run_id.

@@ -167,6 +167,17 @@ class ToolsTest(unittest.TestCase):
         self.assertEqual(len(invokes), 2)
         self.assertEqual(invokes[0].body["idempotency_key"], invokes[1].body["idempotency_key"])
 
+    def test_retries_an_answer_cut_short(self) -> None:
+        # The answer's headers arrive and its body breaks off (a proxy
+        # reset mid-answer): http.client's IncompleteRead is no answer, as a
+        # reset is — retried with the same key, not raised raw.
+        cut = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 400\r\n\r\n{"status":"succ'
+        p = self.platform({INVOKE: script((0, cut), view("succeeded", "SUCCEEDED", result="ok"))})
+        self.assertEqual(self.tools(p).invoke("demo.weather", {}), "ok")
+        invokes = self.to(p, INVOKE)
+        self.assertEqual(len(invokes), 2)
+        self.assertEqual(invokes[0].body["idempotency_key"], invokes[1].body["idempotency_key"])
+
     def test_retries_are_bounded(self) -> None:
         p = self.platform({INVOKE: script(err(503, "unavailable"))})
         with self.assertRaises(agentplane.APIError) as cm:
