@@ -57,7 +57,29 @@ type Server struct {
 	stop     context.Context
 	stopFn   context.CancelFunc
 	stopOnce sync.Once
+
+	// waits are the MCP sessions with tools/calls waiting, by session id:
+	// ending a session (DELETE /mcp) ends their waits, as Stop does, or
+	// the SDK's session close would wait for them — an approval may take
+	// hours — and the DELETE with it.
+	mu    sync.Mutex
+	waits map[string]*sessionWaits
 }
+
+// sessionWaits are the tools/calls of one MCP session still waiting.
+type sessionWaits struct {
+	runID  string             // the run the session is bound to
+	n      int                // the waits; the entry goes at 0
+	ended  context.Context    // done when the session ends or on Stop
+	cancel context.CancelFunc // ends it
+}
+
+// maxArgs bounds a tools/call's arguments as :invoke's 1 MiB body bounds
+// its args (docs/API.md, Limits): the SDK's own bound on the body, 4 MiB,
+// would let an agent store through /mcp what :invoke refuses. Refused as an
+// isError result, not an HTTP 413, which the go-sdk client takes for a
+// broken connection and ends its session with.
+const maxArgs = 1 << 20
 
 // MetaToolCallID is the _meta key of a tools/call result naming the
 // platform's tool call.
@@ -110,7 +132,7 @@ func New(opts Options) *Server {
 		return &auth.TokenInfo{UserID: c.runID, Expiration: time.Now().Add(24 * time.Hour),
 			Extra: map[string]any{"agent_id": c.agentID, "run_id": c.runID, "session_id": c.sessionID}}, nil
 	}, nil)
-	s.handler = s.envelope(s.authn(bind(stream)))
+	s.handler = s.envelope(s.authn(s.ending(bind(stream))))
 	return s
 }
 
@@ -151,6 +173,52 @@ func (s *Server) authn(next http.Handler) http.Handler {
 		ctx := context.WithValue(r.Context(), callerKey{}, caller{agentID: p.AgentID, runID: run.RunID, sessionID: run.SessionID})
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// ending ends the waits of a session's tools/calls before the SDK closes
+// the session for a DELETE of its run (the SDK refuses another run's).
+// Their tool calls go on, as for a connection that drops: each is answered
+// session_ended (if its stream is still open), and the agent can read them
+// with GET /v1/tool_calls/{id}.
+func (s *Server) ending(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id := r.Header.Get("Mcp-Session-Id"); r.Method == http.MethodDelete && id != "" {
+			c, _ := r.Context().Value(callerKey{}).(caller)
+			s.mu.Lock()
+			if sw := s.waits[id]; sw != nil && sw.runID == c.runID {
+				sw.cancel()
+			}
+			s.mu.Unlock()
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// waitIn registers a wait of a tools/call of session id (bound to runID):
+// the context ends with the session or on Stop; release when done waiting.
+func (s *Server) waitIn(id, runID string) (context.Context, func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.waits == nil {
+		s.waits = map[string]*sessionWaits{}
+	}
+	sw := s.waits[id]
+	if sw == nil {
+		sw = &sessionWaits{runID: runID}
+		sw.ended, sw.cancel = context.WithCancel(s.stop)
+		s.waits[id] = sw
+	}
+	sw.n++
+	return sw.ended, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if sw.n--; sw.n == 0 {
+			sw.cancel()
+			if s.waits[id] == sw {
+				delete(s.waits, id)
+			}
+		}
+	}
 }
 
 // callerOf reads who a request is from (per request, not per session:
@@ -213,8 +281,15 @@ func (s *Server) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	if !ok {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "no caller"}
 	}
+	if len(req.Params.Arguments) > maxArgs {
+		return errorResult("", "request_too_large", "the tool call's arguments exceed 1 MiB", nil), nil
+	}
 	log := s.opts.Logger.With("run_id", c.runID, "session_id", c.sessionID, "agent_id", c.agentID)
 	who := toolsvc.Caller{AgentID: c.agentID}
+	// Registered before the invoke, so a DELETE of the session meanwhile
+	// ends the wait that follows.
+	ended, release := s.waitIn(req.Session.ID(), c.runID)
+	defer release()
 	// The invoke is not cut short by a cancel: the call is created (or not)
 	// whole, and a cancel arriving meanwhile is applied to it below.
 	v, err := s.opts.Tools.Invoke(context.WithoutCancel(ctx), toolsvc.InvokeParams{
@@ -242,6 +317,11 @@ func (s *Server) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 		if s.stop.Err() != nil {
 			return errorResult(v.ToolCallID, "unavailable", "the platform is shutting down; the tool call goes on: read it with GET /v1/tool_calls/"+v.ToolCallID, nil), nil
 		}
+		if ended.Err() != nil {
+			// The session ended (DELETE /mcp): the client gave up on it.
+			log.Info("MCP session ended while its tool call waited; the call goes on")
+			return errorResult(v.ToolCallID, "session_ended", "the MCP session ended; the tool call goes on: read it with GET /v1/tool_calls/"+v.ToolCallID, nil), nil
+		}
 		if token != nil {
 			p := &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(i), Message: pendingMessage(v)}
 			if err := req.Session.NotifyProgress(ctx, p); err != nil && ctx.Err() == nil {
@@ -249,17 +329,18 @@ func (s *Server) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 			}
 		}
 		wctx, cancel := context.WithCancel(ctx)
-		stopWait := context.AfterFunc(s.stop, cancel)
+		stopWait := context.AfterFunc(ended, cancel)
 		next, err := s.opts.Tools.Wait(wctx, who, v.ToolCallID, s.opts.ProgressInterval)
 		stopWait()
 		cancel()
 		switch {
 		case err == nil:
 			v = next
-		case ctx.Err() == nil && s.stop.Err() == nil:
+		case ctx.Err() == nil && ended.Err() == nil:
 			return nil, fmt.Errorf("wait for tool call %s: %w", v.ToolCallID, err)
 		}
-		// A wait cut short by a cancel or a stop: the top of the loop says which.
+		// A wait cut short by a cancel, a stop or the session's end: the top
+		// of the loop says which.
 	}
 	return result(v), nil
 }

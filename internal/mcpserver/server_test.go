@@ -63,6 +63,7 @@ type endpoint struct {
 	run1, run2 *store.Run
 	logs       *logBuffer
 	release    chan struct{}
+	svc        *toolsvc.Service
 }
 
 func newEndpoint(t *testing.T) *endpoint {
@@ -75,6 +76,7 @@ func newEndpoint(t *testing.T) *endpoint {
 	svc := toolsvc.New(log, toolsvc.Options{SweepInterval: time.Hour, InlineWait: 5 * time.Second, Logger: logger})
 	runs := run.New(log, run.Options{InstanceID: "test", Invoker: &agent.Client{}, OnEnd: svc.OnRunEnd, HeartbeatInterval: time.Hour})
 	svc.SetRuns(runs)
+	e.svc = svc
 	if err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
