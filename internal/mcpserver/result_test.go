@@ -58,3 +58,28 @@ func TestResult(t *testing.T) {
 		t.Fatalf("failure text %s", text)
 	}
 }
+
+// A refused invoke keeps what the HTTP refusal adds to its error object:
+// run_not_active names the run and the status it ended with, so the model
+// (and a program) learns why; a refusal without details is as before.
+func TestRefusalKeepsDetails(t *testing.T) {
+	e := *toolsvc.ErrRunNotActive
+	e.Details = map[string]any{"run_id": "run_1", "status": "CANCELLED", "code": "not this one"}
+	r := refusal(&e)
+	var got struct {
+		Error map[string]any `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(r.Content[0].(*mcp.TextContent).Text), &got); err != nil || !r.IsError {
+		t.Fatalf("refusal: %+v %v", r, err)
+	}
+	if got.Error["code"] != "run_not_active" || got.Error["run_id"] != "run_1" || got.Error["status"] != "CANCELLED" || got.Error["message"] != e.Message {
+		t.Fatalf("refusal's error %v", got.Error)
+	}
+	if b, _ := json.Marshal(r.StructuredContent); string(b) != r.Content[0].(*mcp.TextContent).Text {
+		t.Fatalf("structuredContent %s differs from the text", b)
+	}
+	r = refusal(toolsvc.ErrToolForbidden)
+	if b, _ := json.Marshal(r.StructuredContent); string(b) != `{"error":{"code":"forbidden","message":"this agent may not call the tool"}}` {
+		t.Fatalf("a refusal without details: %s", b)
+	}
+}

@@ -408,10 +408,28 @@ func errorResult(toolCallID, code, message string, detail json.RawMessage) *mcp.
 }
 
 // refusal is an invoke the platform refused (bad args, a forbidden tool, an
-// ended run): an isError result, so the model can correct itself.
+// ended run): an isError result, so the model can correct itself. What the
+// HTTP refusal adds to its error object (run_not_active's run_id and status,
+// a replayed call's tool_call_id) is added here too, without overriding the
+// result's own fields.
 func refusal(err error) *mcp.CallToolResult {
 	if e := (*respond.Error)(nil); errors.As(err, &e) {
-		return errorResult("", e.Code, e.Message, nil)
+		r := errorResult("", e.Code, e.Message, nil)
+		if len(e.Details) == 0 {
+			return r
+		}
+		body := map[string]any{}
+		for k, v := range e.Details {
+			body[k] = v
+		}
+		body["code"], body["message"] = e.Code, e.Message
+		b, _ := json.Marshal(map[string]any{"error": body})
+		r.Content = []mcp.Content{&mcp.TextContent{Text: string(b)}}
+		r.StructuredContent = json.RawMessage(b)
+		if id, ok := e.Details["tool_call_id"].(string); ok && id != "" {
+			r.Meta = mcp.Meta{MetaToolCallID: id}
+		}
+		return r
 	}
 	return errorResult("", "internal", "the platform could not invoke the tool", nil)
 }
