@@ -142,16 +142,32 @@ func (a *API) streamChild(w http.ResponseWriter, r *http.Request, started *run.C
 	if rc.Flush() != nil {
 		return
 	}
+	lastWrite := time.Now()
 	write := func(b []byte) bool {
 		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
 		if _, err := w.Write(b); err != nil {
 			return false
 		}
+		lastWrite = time.Now()
 		return rc.Flush() == nil
 	}
+	keepAlive := []byte(": keep-alive\n\n")
 	output := ""
 	for {
-		ctx, cancel := context.WithTimeout(r.Context(), sseKeepAlive)
+		// The subscription follows the child's whole session: other runs'
+		// events there (the child's own children, a sibling) wake this loop
+		// and are not written. So the keep-alive is due sseKeepAlive after
+		// the last byte written, not after the last wake-up, or a busy
+		// session would leave the caller's stream silent until its idle
+		// timer cut it.
+		wait := sseKeepAlive - time.Since(lastWrite)
+		if wait <= 0 {
+			if !write(keepAlive) {
+				return
+			}
+			continue
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
 		evs, err := sub.Next(ctx)
 		cancel()
 		if err != nil {
@@ -159,7 +175,7 @@ func (a *API) streamChild(w http.ResponseWriter, r *http.Request, started *run.C
 				return // the caller left; the child goes on
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
-				if !write([]byte(": keep-alive\n\n")) {
+				if !write(keepAlive) {
 					return
 				}
 				continue
