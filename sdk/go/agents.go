@@ -253,6 +253,7 @@ type AgentStream struct {
 	mu     sync.Mutex
 	closed bool
 	cancel context.CancelFunc // of the open attach
+	actx   context.Context    // of the open attach: its cause says whether it fell silent
 	resp   *http.Response
 	rd     *bufio.Reader
 	idle   *time.Timer
@@ -284,7 +285,8 @@ func (s *AgentStream) open() error {
 		return fmt.Errorf("agentplane: no platform URL (set %s)", EnvURL)
 	}
 	path := "/v1/agents/" + url.PathEscape(s.agentID) + ":invoke"
-	actx, cancel := context.WithCancel(s.ctx)
+	actx, cancelCause := context.WithCancelCause(s.ctx)
+	cancel := func() { cancelCause(nil) }
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, strings.TrimRight(c.BaseURL, "/")+path, bytes.NewReader(s.body))
 	if err != nil {
 		cancel()
@@ -304,10 +306,11 @@ func (s *AgentStream) open() error {
 		hc = http.DefaultClient
 	}
 	// No answer within the read timeout is a dead connection too.
-	idle := time.AfterFunc(s.opts.readTimeout, cancel)
+	idle := time.AfterFunc(s.opts.readTimeout, func() { cancelCause(errNoAnswer) })
 	resp, err := hc.Do(req)
 	if err != nil {
 		idle.Stop()
+		err = s.silent(actx, err)
 		cancel()
 		return fmt.Errorf("agentplane: POST %s: %w", path, err)
 	}
@@ -342,15 +345,25 @@ func (s *AgentStream) open() error {
 		return errors.New("agentplane: agent call closed")
 	}
 	s.attaches++
-	s.resp, s.rd, s.cancel, s.idle = resp, bufio.NewReader(resp.Body), cancel, idle
+	s.resp, s.rd, s.cancel, s.actx, s.idle = resp, bufio.NewReader(resp.Body), cancel, actx, idle
 	return nil
+}
+
+// silent is err, the failure of an attach whose context is actx, said as
+// errNoAnswer when the read timeout cut it: the caller's ctx has not ended,
+// and errors.Is(err, context.Canceled) must not say it has.
+func (s *AgentStream) silent(actx context.Context, err error) error {
+	if s.ctx.Err() == nil && errors.Is(context.Cause(actx), errNoAnswer) {
+		return fmt.Errorf("%w: nothing within %v", errNoAnswer, s.opts.readTimeout)
+	}
+	return err
 }
 
 // drop closes the open attach, if any.
 func (s *AgentStream) drop() {
 	s.mu.Lock()
 	resp, cancel, idle := s.resp, s.cancel, s.idle
-	s.resp, s.rd, s.cancel, s.idle = nil, nil, nil, nil
+	s.resp, s.rd, s.cancel, s.actx, s.idle = nil, nil, nil, nil, nil
 	s.mu.Unlock()
 	if idle != nil {
 		idle.Stop()
@@ -399,7 +412,7 @@ func (s *AgentStream) Next() (AgentEvent, error) {
 	}
 	for {
 		s.mu.Lock()
-		closed, rd, idle := s.closed, s.rd, s.idle
+		closed, rd, idle, actx := s.closed, s.rd, s.idle, s.actx
 		s.mu.Unlock()
 		if closed {
 			return AgentEvent{}, errors.New("agentplane: agent call closed")
@@ -426,6 +439,7 @@ func (s *AgentStream) Next() (AgentEvent, error) {
 		}
 		ev, err := readAgentEvent(rd, func() { idle.Reset(s.opts.readTimeout) })
 		if err != nil {
+			err = s.silent(actx, err)
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF // the stream ended before the child did
 			}

@@ -18,3 +18,9 @@ func WithToolTiming(pauseMin, pauseMax, retryBase time.Duration) ToolOption {
 func WithToolAttemptTime(invokeWait, wait, grace time.Duration) ToolOption {
 	return func(o *toolOptions) { o.invokeWait, o.waitTimeout, o.grace = invokeWait, wait, grace }
 }
+
+// WithAgentTiming shortens an agent call's read timeout (AgentReadTimeout)
+// and the backoff between its attaches.
+func WithAgentTiming(readTimeout, retryBase time.Duration) AgentOption {
+	return func(o *agentOptions) { o.readTimeout, o.retryBase = readTimeout, retryBase }
+}
