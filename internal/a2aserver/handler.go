@@ -167,9 +167,21 @@ func (h *handler) SubscribeToTask(ctx context.Context, req *a2a.SubscribeToTaskR
 				yield(nil, h.s.rpcError(ctx, err))
 				return
 			}
-			f = h.s.follow(t, sess.LastSeq, false, h.s.hold(ctx, c, t.sessionID()))
-			t.upToSeq = sess.LastSeq
-			defer f.close()
+			// The runs read again, after the session's end: the run may
+			// have ended between the two reads, its end at or before
+			// LastSeq, and a snapshot still saying working would leave the
+			// stream waiting for an end that will never come after it.
+			if t, err = h.s.loadTask(ctx, c, req.ID); err != nil {
+				yield(nil, h.s.rpcError(ctx, err))
+				return
+			}
+			if !store.RunIsTerminal(t.latest().Status) {
+				t.upToSeq = sess.LastSeq
+				f = h.s.follow(t, sess.LastSeq, false, h.s.hold(ctx, c, t.sessionID()))
+				defer f.close()
+			}
+			// Ended meanwhile: no follower, and the snapshot is not capped —
+			// what the run committed after LastSeq is in it, or nobody sends it.
 		}
 		snap, err := h.s.snapshot(ctx, t)
 		if err != nil {
