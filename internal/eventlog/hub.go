@@ -192,8 +192,15 @@ func (s *Subscription) Next(ctx context.Context) ([]store.Event, error) {
 		if stale || len(buf) > 0 {
 			evs, err := s.st.EventsList(ctx, &store.EventsListParams{SessionID: s.sessionID, AfterSeq: s.cursor, Limit: catchUpPage})
 			if err != nil {
-				// Put back what we took so a retry loses nothing.
+				// Put back what we took so a retry loses nothing — the
+				// reason to read the store too (a poke for another
+				// process's events comes once).
 				s.requeue(buf)
+				if stale {
+					s.mu.Lock()
+					s.stale = true
+					s.mu.Unlock()
+				}
 				return nil, fmt.Errorf("subscription catch-up: %w", err)
 			}
 			if len(evs) == catchUpPage || (len(buf) > 0 && len(evs) > 0 && evs[len(evs)-1].Seq < buf[0].Seq-1) {
