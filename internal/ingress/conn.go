@@ -47,6 +47,9 @@ type conn struct {
 }
 
 type follower struct {
+	sessionID string
+	// sub is deliver's: it may replace it (after a store error) and closes
+	// it when it ends; others stop the delivery and wait for done.
 	sub  *eventlog.Subscription
 	stop context.CancelFunc
 	done chan struct{}
@@ -61,7 +64,7 @@ type follower struct {
 }
 
 func newFollower(sub *eventlog.Subscription, stop context.CancelFunc, afterSeq int64) *follower {
-	f := &follower{sub: sub, stop: stop, done: make(chan struct{}), moved: make(chan struct{}, 1)}
+	f := &follower{sessionID: sub.SessionID(), sub: sub, stop: stop, done: make(chan struct{}), moved: make(chan struct{}, 1)}
 	f.delivered.Store(afterSeq)
 	return f
 }
@@ -116,7 +119,9 @@ func (c *conn) serve() {
 			continue
 		}
 		if mt != websocket.TextMessage {
-			c.send(errorReply("", "invalid_message", "only JSON text frames are accepted"))
+			// Named when the bytes are JSON: the client learns which of
+			// its requests failed.
+			c.send(errorReply(requestIDOf(data), "invalid_message", "only JSON text frames are accepted"))
 			continue
 		}
 		if c.user() == "" {
@@ -356,7 +361,6 @@ func (c *conn) teardown() {
 	c.mu.Unlock()
 	for sid, f := range subs {
 		f.stop()
-		f.sub.Close()
 		<-f.done
 		c.s.follow(c, sid, false)
 	}
@@ -379,7 +383,7 @@ func (c *conn) followers() []*follower {
 // write) is not waited for.
 func (c *conn) drain(ctx context.Context, last map[string]int64) {
 	for _, f := range c.followers() {
-		target, ok := last[f.sub.SessionID()]
+		target, ok := last[f.sessionID]
 		if !ok {
 			continue
 		}

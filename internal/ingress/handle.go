@@ -168,7 +168,6 @@ func (c *conn) followSession(sessionID string, afterSeq int64, restart bool) {
 	c.mu.Unlock()
 	if old != nil {
 		old.stop()
-		old.sub.Close()
 		<-old.done
 	}
 	ctx, stop := context.WithCancel(c.ctx)
@@ -180,17 +179,42 @@ func (c *conn) followSession(sessionID string, afterSeq int64, restart bool) {
 	go c.deliver(ctx, f)
 }
 
+// deliverRetryMax bounds the wait between a delivery's attempts to read the
+// store while it fails.
+const deliverRetryMax = 5 * time.Second
+
 func (c *conn) deliver(ctx context.Context, f *follower) {
 	defer close(f.done)
+	defer func() { f.sub.Close() }() // the subscription of the moment
+	backoff := time.Duration(0)
 	for {
 		evs, err := f.sub.Next(ctx)
 		if err != nil {
-			if !errors.Is(err, context.Canceled) && !errors.Is(err, eventlog.ErrSubscriptionClosed) {
-				c.log.Warn("subscription failed", "session_id", f.sub.SessionID(), "err", err)
-				c.send(errorReply("", "subscription_failed", "event delivery failed; subscribe again with your last seq"))
+			if ctx.Err() != nil || errors.Is(err, eventlog.ErrSubscriptionClosed) {
+				return
 			}
-			return
+			// The store could not be read: try again rather than give up.
+			// A delivery that ended here stayed the session's follower —
+			// its client tools dispatched, a later agent_invoke on the
+			// session kept it — while nothing reached the client any more.
+			if backoff == 0 {
+				c.log.Warn("event delivery failed; retrying", "session_id", f.sessionID, "err", err)
+			}
+			backoff = min(max(2*backoff, 100*time.Millisecond), deliverRetryMax)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			// A fresh subscription from the cursor reads the store first:
+			// the failed one may have lost the wake-up (another process's
+			// events) that sent it there.
+			sub := c.s.log.Subscribe(f.sessionID, f.sub.Cursor())
+			f.sub.Close()
+			f.sub = sub
+			continue
 		}
+		backoff = 0
 		msgs := make([][]byte, 0, len(evs))
 		for i := range evs {
 			if b := ClientMessage(&evs[i]); b != nil {

@@ -265,7 +265,7 @@ func (s *Server) Shutdown(ctx context.Context) {
 	last := map[string]int64{}
 	for _, c := range conns {
 		for _, f := range c.followers() {
-			sid := f.sub.SessionID()
+			sid := f.sessionID
 			if _, ok := last[sid]; ok {
 				continue
 			}
@@ -281,9 +281,18 @@ func (s *Server) Shutdown(ctx context.Context) {
 		c.drain(dctx, last)
 	}
 	cancel()
+	// All at once: a client that stopped reading holds its close up to
+	// closeWith's second (its delivery has the socket), and one after
+	// another a few of them would outlast the caller's deadline.
+	var wg sync.WaitGroup
 	for _, c := range conns {
-		c.closeWith(websocket.CloseGoingAway, "server shutting down")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.closeWith(websocket.CloseGoingAway, "server shutting down")
+		}()
 	}
+	wg.Wait()
 	s.presence.stop(ctx)
 }
 
