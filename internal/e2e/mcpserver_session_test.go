@@ -78,15 +78,7 @@ func TestMCPDeleteSessionWhileApprovalPending(t *testing.T) {
 // answered with its own result, each run once.
 func TestMCPConcurrentCallsOneSession(t *testing.T) {
 	eachStore(t, func(t *testing.T, dsn string) {
-		s := startServer(t, dsn)
-		te := newToolEndpoint(t)
-		putTool(t, s, "srv.echo", map[string]any{"kind": "server", "description": "Echoes its args.", "endpoint": te.URL,
-			"parameters": map[string]any{"type": "object"}})
-		ga := startGoToolAgent(t, s, "go-tools")
-		c := dial(t, s, "alice", "alice-key")
-		c.invokeSpec("go-tools", "", map[string]any{"hold": true})
-		runID := ga.held(t)
-		cs := connectMCP(t, s, ga.key, runID, nil)
+		s, te, ga, runID, cs := echoOverMCP(t, dsn)
 
 		const n = 16
 		big := strings.Repeat("héllo wörld ✓ 日本語 🎉 \u2028", 2000)
@@ -130,15 +122,7 @@ func TestMCPConcurrentCallsOneSession(t *testing.T) {
 // HTTP 413 would end the go-sdk client's session).
 func TestMCPToolCallArgsBound(t *testing.T) {
 	eachStore(t, func(t *testing.T, dsn string) {
-		s := startServer(t, dsn)
-		te := newToolEndpoint(t)
-		putTool(t, s, "srv.echo", map[string]any{"kind": "server", "description": "Echoes its args.", "endpoint": te.URL,
-			"parameters": map[string]any{"type": "object"}})
-		ga := startGoToolAgent(t, s, "go-tools")
-		c := dial(t, s, "alice", "alice-key")
-		c.invokeSpec("go-tools", "", map[string]any{"hold": true})
-		runID := ga.held(t)
-		cs := connectMCP(t, s, ga.key, runID, nil)
+		s, te, ga, runID, cs := echoOverMCP(t, dsn)
 
 		big := map[string]any{"s": strings.Repeat("é", 600_000)} // 1.2 MB of JSON
 		if code, body := s.call("POST", "/v1/tools/srv.echo:invoke", ga.key, map[string]any{"run_id": runID, "args": big}, "x-run-id", runID); code != http.StatusRequestEntityTooLarge {
@@ -183,4 +167,19 @@ func toolRunOf(t *testing.T, s *server, runID string) map[string]any {
 		t.Fatalf("GET run %s: %d %v", runID, code, run)
 	}
 	return run
+}
+
+// echoOverMCP starts a server with the server tool srv.echo and a Go agent
+// whose run is held, and opens an MCP session of that run.
+func echoOverMCP(t *testing.T, dsn string) (*server, *toolEndpoint, *goToolAgent, string, *mcp.ClientSession) {
+	t.Helper()
+	s := startServer(t, dsn)
+	te := newToolEndpoint(t)
+	putTool(t, s, "srv.echo", map[string]any{"kind": "server", "description": "Echoes its args.", "endpoint": te.URL,
+		"parameters": map[string]any{"type": "object"}})
+	ga := startGoToolAgent(t, s, "go-tools")
+	c := dial(t, s, "alice", "alice-key")
+	c.invokeSpec("go-tools", "", map[string]any{"hold": true})
+	runID := ga.held(t)
+	return s, te, ga, runID, connectMCP(t, s, ga.key, runID, nil)
 }
