@@ -59,6 +59,22 @@ func (f *follower) continueFrom(snap *a2a.Task) {
 	}
 }
 
+// loadTree adds every run of the root's tree as it is now: a follower
+// that starts from the session's end (a resubscription, an answer's
+// stream) would otherwise drop the events of a run created before that end
+// whose parent is silent meanwhile — a grandchild's approval or client tool
+// while its parent waits on it — and never say input-required.
+func (f *follower) loadTree(ctx context.Context) error {
+	tree, err := f.s.st.RunListTree(ctx, f.root.RootRunID)
+	if err != nil {
+		return err
+	}
+	for _, r := range tree {
+		f.tree[r.RunID] = true
+	}
+	return nil
+}
+
 // end marks the root's end (done, or asking for input) as the follower's
 // last event.
 func (f *follower) end() {
@@ -82,11 +98,7 @@ func (f *follower) next(ctx context.Context) (evs []a2a.Event, done bool, err er
 	}
 	if f.check {
 		f.check = false
-		if tree, err := f.s.st.RunListTree(ctx, f.root.RootRunID); err == nil {
-			for _, r := range tree {
-				f.tree[r.RunID] = true
-			}
-		}
+		_ = f.loadTree(ctx) // best effort: the tree also grows as its runs' events come
 		m, err := f.s.waitingFor(ctx, f.t)
 		if err != nil {
 			return nil, false, err

@@ -179,6 +179,13 @@ func (h *handler) SubscribeToTask(ctx context.Context, req *a2a.SubscribeToTaskR
 				t.upToSeq = sess.LastSeq
 				f = h.s.follow(t, sess.LastSeq, false, h.s.hold(ctx, c, t.sessionID()))
 				defer f.close()
+				// The runs below the root, read after LastSeq: one created
+				// before it and still waiting on its own child says nothing
+				// the follower would learn it from.
+				if err := f.loadTree(ctx); err != nil {
+					yield(nil, h.s.rpcError(ctx, err))
+					return
+				}
 			}
 			// Ended meanwhile: no follower, and the snapshot is not capped —
 			// what the run committed after LastSeq is in it, or nobody sends it.
