@@ -399,10 +399,16 @@ func errorResult(toolCallID, code, message string, detail json.RawMessage) *mcp.
 	if toolCallID != "" {
 		body["tool_call_id"] = toolCallID
 	}
+	return isErrorResult(body)
+}
+
+// isErrorResult is the isError result of the error object body, its
+// tool_call_id (if any) also in _meta.
+func isErrorResult(body map[string]any) *mcp.CallToolResult {
 	b, _ := json.Marshal(map[string]any{"error": body})
 	r := &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}, StructuredContent: json.RawMessage(b)}
-	if toolCallID != "" {
-		r.Meta = mcp.Meta{MetaToolCallID: toolCallID}
+	if id, _ := body["tool_call_id"].(string); id != "" {
+		r.Meta = mcp.Meta{MetaToolCallID: id}
 	}
 	return r
 }
@@ -414,22 +420,12 @@ func errorResult(toolCallID, code, message string, detail json.RawMessage) *mcp.
 // result's own fields.
 func refusal(err error) *mcp.CallToolResult {
 	if e := (*respond.Error)(nil); errors.As(err, &e) {
-		r := errorResult("", e.Code, e.Message, nil)
-		if len(e.Details) == 0 {
-			return r
-		}
-		body := map[string]any{}
+		body := make(map[string]any, len(e.Details)+2)
 		for k, v := range e.Details {
 			body[k] = v
 		}
 		body["code"], body["message"] = e.Code, e.Message
-		b, _ := json.Marshal(map[string]any{"error": body})
-		r.Content = []mcp.Content{&mcp.TextContent{Text: string(b)}}
-		r.StructuredContent = json.RawMessage(b)
-		if id, ok := e.Details["tool_call_id"].(string); ok && id != "" {
-			r.Meta = mcp.Meta{MetaToolCallID: id}
-		}
-		return r
+		return isErrorResult(body)
 	}
 	return errorResult("", "internal", "the platform could not invoke the tool", nil)
 }

@@ -132,6 +132,9 @@ func (s *sseStream) Delta(text string) error {
 	if text == "" {
 		return nil // an empty delta tells the user nothing
 	}
+	if len(text) <= deltaChunkBytes {
+		return s.send("delta", deltaData{Text: text}, false)
+	}
 	// Cut long text into chunks the platform accepts, at rune boundaries
 	// so no character is split into two invalid halves, and write them in
 	// one go so a concurrent Delta cannot land between them.

@@ -42,7 +42,7 @@ import urllib.parse
 import urllib.request
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from .errors import AgentError, APIError, InputRequired, _retry_after
+from .errors import AgentError, APIError, InputRequired, _retry_after, _unsendable
 from .tools import _rate_limit_pause
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -471,9 +471,7 @@ class AgentCall:
                     continue
                 raise APIError("connection_error", f"POST {url}: {getattr(e, 'reason', e)}") from e
             except UnicodeEncodeError as e:
-                # A key, id or traceparent http.client cannot send (not
-                # Latin-1): the documented APIError, never sent, not retried.
-                raise APIError("invalid_request", f"POST {url}: a header value or the URL holds characters HTTP cannot carry: {e}") from None
+                raise _unsendable("POST", url, e) from None
         ctype = resp.headers.get("Content-Type") or ""
         if not ctype.startswith("text/event-stream"):
             raw = resp.read()

@@ -11,7 +11,7 @@ import urllib.request
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from .agents import Agents
-from .errors import APIError, _retry_after
+from .errors import APIError, _retry_after, _unsendable
 from .tools import Tools
 
 __all__ = ["Client", "register", "ENV_URL", "ENV_AGENT_KEY"]
@@ -332,10 +332,7 @@ def _request(
         # a reset is: the same error, retried where a reset is.
         raise APIError("connection_error", f"{method} {url}: {e!r}") from e
     except UnicodeEncodeError as e:
-        # http.client sends header values as Latin-1 and the URL as ASCII:
-        # a key, id or traceparent outside them cannot be sent at all. Said
-        # as the documented APIError, and not a transient one (no retry).
-        raise APIError("invalid_request", f"{method} {url}: a header value or the URL holds characters HTTP cannot carry: {e}") from None
+        raise _unsendable(method, url, e) from None
     if not raw:
         return {}
     try:

@@ -120,3 +120,10 @@ def _retry_after(error: Any, headers: Any = None) -> Optional[float]:
         if v.isascii() and v.isdigit():
             return float(v)
     return None
+
+
+def _unsendable(method: str, url: str, e: UnicodeEncodeError) -> APIError:
+    """The error of a request http.client cannot send: it writes header values
+    as Latin-1 and the URL as ASCII, so a key, id or traceparent outside them
+    never leaves. Not transient: nothing is retried."""
+    return APIError("invalid_request", f"{method} {url}: a header value or the URL holds characters HTTP cannot carry: {e}")
